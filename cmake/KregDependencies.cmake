@@ -1,0 +1,12 @@
+# Dependencies as imported targets (Debian 12 packages; see scripts/deps.sh).
+find_package(Threads REQUIRED)
+find_package(absl REQUIRED)
+find_package(TBB REQUIRED)
+find_package(dlpack REQUIRED)
+if(KREG_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  include(GoogleTest)
+endif()
+if(KREG_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()

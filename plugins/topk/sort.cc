@@ -1,0 +1,59 @@
+// topk/sort: sort each row's packed (score, column) keys, either with
+// std::partial_sort or with std::nth_element and a sort of the k best. Simple
+// and obviously right: the baseline the other variants are measured against.
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+#include "common.h"
+#include "variants.h"
+
+namespace kreg::topk {
+namespace {
+
+enum Method { kPartialSort = 0, kNthElement = 1 };
+const char* const kMethods[] = {"partial_sort", "nth_element"};
+
+const kreg_param_desc kParams[] = {
+    {sizeof(kreg_param_desc), "method", "partial_sort, or nth_element then sort the k best",
+     KREG_PARAM_CHOICE, nullptr, 0, kMethods, 2, kPartialSort, nullptr, 0},
+};
+
+kreg_status Run(const kreg_config* config, const void* args, void*, size_t, const kreg_host* host,
+                char* msg, size_t cap) {
+  const kreg_topk_args& a = *static_cast<const kreg_topk_args*>(args);
+  const bool bf16 = IsBf16(a);
+  const int64_t method = config->values[0].value;
+  kreg_status status = ForEachRow(a.input->shape[0], host, [&](int64_t r) {
+    thread_local std::vector<uint64_t> keys;
+    int64_t start, end;
+    RowRange(a, r, &start, &end);
+    const void* row = InputRow(a, r);
+    keys.resize(end - start);
+    for (int64_t c = start; c < end; ++c) {
+      keys[c - start] = Pack(Score(FloatBits(row, bf16, c), a.largest), c);
+    }
+    const int64_t count = std::min<int64_t>(a.k, end - start);
+    auto mid = keys.begin() + count;
+    if (method == kNthElement) {
+      if (mid != keys.end()) std::nth_element(keys.begin(), mid, keys.end(), std::greater<>());
+      std::sort(keys.begin(), mid, std::greater<>());
+    } else {
+      std::partial_sort(keys.begin(), mid, keys.end(), std::greater<>());
+    }
+    int32_t* idx = RowPtr<int32_t>(a.indices, r);
+    for (int64_t j = 0; j < count; ++j) idx[j] = PackedCol(keys[j]);
+    WriteRow(a, r, idx, count);
+  });
+  if (status != KREG_OK) return Fail(status, msg, cap, "cancelled");
+  return KREG_OK;
+}
+
+}  // namespace
+
+extern const kreg_kernel kSortKernel = {
+    sizeof(kreg_kernel), "topk", "sort", 1, "sort each row's keys (the reference schedule)",
+    0, kParams, 1, nullptr, nullptr, Run,
+};
+
+}  // namespace kreg::topk

@@ -1,0 +1,90 @@
+// Tensor: a small owning, 64-byte aligned, row-major host tensor that can
+// hand out a DLPack view of itself, plus the element types kreg speaks.
+//
+// A Tensor owns its memory; the DLTensor returned by dl() points into it and
+// is valid until the Tensor is moved, resized or destroyed. Not thread-safe
+// for concurrent mutation; concurrent reads are fine.
+#ifndef KREG_REGISTRY_TENSOR_H_
+#define KREG_REGISTRY_TENSOR_H_
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include <dlpack/dlpack.h>
+
+#include "absl/status/statusor.h"
+
+namespace kreg {
+
+enum class DType { kF32, kBF16, kI32 };
+
+size_t DTypeSize(DType dtype);
+absl::string_view DTypeName(DType dtype);  // "f32", "bf16", "i32"
+absl::StatusOr<DType> ParseDType(absl::string_view name);
+DLDataType ToDLDataType(DType dtype);
+// InvalidArgument for a DLPack type kreg does not speak.
+absl::StatusOr<DType> FromDLDataType(DLDataType type);
+
+// bfloat16 <-> float32. Rounds to nearest even; NaN stays NaN (sign kept).
+inline float Bf16ToFloat(uint16_t bits) {
+  uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline uint16_t FloatToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Zero-filled tensor. REQUIRES: every dimension >= 0.
+  Tensor(DType dtype, std::vector<int64_t> shape);
+
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(Tensor&&) noexcept = default;
+  Tensor(const Tensor& other);
+  Tensor& operator=(const Tensor& other);
+
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t dim(int i) const { return shape_[i]; }
+  int64_t numel() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
+
+  void* data() { return data_.get(); }
+  const void* data() const { return data_.get(); }
+  template <typename T> T* data_as() { return static_cast<T*>(data()); }
+  template <typename T> const T* data_as() const { return static_cast<const T*>(data()); }
+
+  // Element i as float (f32, bf16) or int (i32) widened to double.
+  double GetAsDouble(int64_t i) const;
+
+  // A DLPack view (compact strides). Valid while this tensor is unchanged.
+  DLTensor* dl();
+  const DLTensor* dl() const { return const_cast<Tensor*>(this)->dl(); }
+
+  std::string ShapeString() const;  // "[8, 1000]"
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  DType dtype_ = DType::kF32;
+  std::vector<int64_t> shape_;
+  std::unique_ptr<unsigned char[], Free> data_;
+  DLTensor dl_{};
+};
+
+}  // namespace kreg
+
+#endif  // KREG_REGISTRY_TENSOR_H_

@@ -1,0 +1,119 @@
+#include "kreg/tensor.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kreg {
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+  }
+  return 0;
+}
+
+absl::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI32:
+      return "i32";
+  }
+  return "?";
+}
+
+absl::StatusOr<DType> ParseDType(absl::string_view name) {
+  if (name == "f32" || name == "float32") return DType::kF32;
+  if (name == "bf16" || name == "bfloat16") return DType::kBF16;
+  if (name == "i32" || name == "int32") return DType::kI32;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", name, "' (expected f32, bf16 or i32)"));
+}
+
+DLDataType ToDLDataType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return {kDLFloat, 32, 1};
+    case DType::kBF16:
+      return {kDLBfloat, 16, 1};
+    case DType::kI32:
+      return {kDLInt, 32, 1};
+  }
+  return {};
+}
+
+absl::StatusOr<DType> FromDLDataType(DLDataType t) {
+  if (t.lanes == 1) {
+    if (t.code == kDLFloat && t.bits == 32) return DType::kF32;
+    if (t.code == kDLBfloat && t.bits == 16) return DType::kBF16;
+    if (t.code == kDLInt && t.bits == 32) return DType::kI32;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unsupported DLPack dtype (code ", t.code, ", bits ", t.bits, ", lanes ",
+      t.lanes, ")"));
+}
+
+void Tensor::Free::operator()(void* p) const { std::free(p); }
+
+Tensor::Tensor(DType dtype, std::vector<int64_t> shape)
+    : dtype_(dtype), shape_(std::move(shape)) {
+  size_t bytes = nbytes();
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, rounded == 0 ? 64 : rounded);
+  data_.reset(static_cast<unsigned char*>(p));
+}
+
+Tensor::Tensor(const Tensor& other) : Tensor(other.dtype_, other.shape_) {
+  std::memcpy(data(), other.data(), nbytes());
+}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+  if (this != &other) *this = Tensor(other);
+  return *this;
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape_) n *= d;
+  return n;
+}
+
+double Tensor::GetAsDouble(int64_t i) const {
+  switch (dtype_) {
+    case DType::kF32:
+      return data_as<float>()[i];
+    case DType::kBF16:
+      return Bf16ToFloat(data_as<uint16_t>()[i]);
+    case DType::kI32:
+      return data_as<int32_t>()[i];
+  }
+  return 0;
+}
+
+DLTensor* Tensor::dl() {
+  dl_.data = data_.get();
+  dl_.device = {kDLCPU, 0};
+  dl_.ndim = static_cast<int>(shape_.size());
+  dl_.dtype = ToDLDataType(dtype_);
+  dl_.shape = shape_.data();
+  dl_.strides = nullptr;
+  dl_.byte_offset = 0;
+  return &dl_;
+}
+
+std::string Tensor::ShapeString() const {
+  return absl::StrCat("[", absl::StrJoin(shape_, ", "), "]");
+}
+
+}  // namespace kreg

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds kreg and passes its tests on a fresh Debian 12 machine: installs
+# what is missing, configures, builds and runs every CTest suite, then
+# installs kreg into a scratch prefix and builds and runs the
+# find_package(kreg) example against it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+cmake --workflow --preset release
+prefix=$PWD/build/release/_install
+rm -rf "$prefix"
+cmake --install build/release --prefix "$prefix" >/dev/null
+cmake -S examples -B build/example -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build build/example
+build/example/topk_example --plugin-path "$prefix/lib/kreg/plugins"

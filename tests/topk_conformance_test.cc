@@ -1,0 +1,281 @@
+// Every registered topk kernel, at every legal point of its parameter grid,
+// matches the reference exactly (values bit for bit, indices too) on random
+// and adversarial inputs, in both dtypes and both directions. The reference
+// itself is pinned on hand-written rows first.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kreg/ops.h"
+#include "kreg/registry.h"
+#include "kreg/topk.h"
+
+namespace kreg {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+const Registry& TheRegistry() {
+  static const Registry* registry = [] {
+    LoadOptions options;
+    options.plugin_paths = {KREG_PLUGIN_DIR};
+    options.use_env = false;
+    options.use_default_dirs = false;
+    absl::StatusOr<std::unique_ptr<Registry>> r = Registry::Load(options);
+    if (!r.ok() || !(*r)->refusals().empty()) std::abort();
+    return r->release();
+  }();
+  return *registry;
+}
+
+// Every configuration of a kernel's grid: the product of its int and choice
+// values; list parameters take their default, and a few increasing lists
+// drawn from their candidates (the kernel's check rejects what is illegal).
+std::vector<Config> Grid(const Kernel& kernel) {
+  std::vector<Config> grid = {kernel.DefaultConfig()};
+  for (size_t i = 0; i < kernel.num_params(); ++i) {
+    const kreg_param_desc& p = kernel.param(i);
+    std::vector<ParamValue> options;
+    if (p.kind == KREG_PARAM_INT) {
+      for (size_t j = 0; j < p.num_values; ++j) options.push_back({p.values[j], {}});
+    } else if (p.kind == KREG_PARAM_CHOICE) {
+      for (size_t j = 0; j < p.num_choices; ++j) options.push_back({static_cast<int64_t>(j), {}});
+    } else {
+      options.push_back({0, std::vector<int64_t>(p.default_list, p.default_list + p.default_list_len)});
+      for (size_t j = 0; j < p.num_values; j += 2) {
+        options.push_back({0, {p.values[j]}});
+        if (j + 2 < p.num_values) options.push_back({0, {p.values[j], p.values[j + 2]}});
+      }
+    }
+    std::vector<Config> next;
+    for (const Config& c : grid) {
+      for (const ParamValue& v : options) {
+        std::vector<ParamValue> values = c.values();
+        values[i] = v;
+        next.emplace_back(std::move(values));
+      }
+    }
+    grid = std::move(next);
+  }
+  return grid;
+}
+
+struct Case {
+  Dims dims;
+  DType dtype = DType::kF32;
+  Dist dist = Dist::kNormal;
+  std::map<std::string, Tensor> inputs;
+};
+
+// Runs every available topk kernel over its grid on `c`; returns how many
+// (kernel, config) runs were checked.
+int CheckAllKernels(const Case& c) {
+  ProblemOptions options;
+  options.dtype = c.dtype;
+  options.dist = c.dist;
+  options.inputs = c.inputs;
+  int checked = 0;
+  for (uint64_t seed : {1, 2}) {
+    options.seed = seed;
+    absl::StatusOr<std::unique_ptr<Problem>> problem = FindOp("topk")->make_problem(c.dims, options);
+    EXPECT_TRUE(problem.ok()) << problem.status();
+    if (!problem.ok()) return 0;
+    for (const auto& kernel : TheRegistry().Kernels("topk")) {
+      if (!kernel->available()) continue;
+      for (const Config& config : Grid(*kernel)) {
+        if (!kernel->Check(config, (*problem)->args()).ok()) continue;
+        SCOPED_TRACE(absl::StrCat(kernel->name(), " [", kernel->ConfigString(config), "] ",
+                                  DimsString(c.dims), " ", DTypeName(c.dtype), " ", DistName(c.dist),
+                                  " seed ", seed));
+        (*problem)->PoisonOutputs();
+        absl::Status run = kernel->Run(config, (*problem)->args());
+        EXPECT_TRUE(run.ok()) << run;
+        absl::Status check = (*problem)->CheckOutputs();
+        EXPECT_TRUE(check.ok()) << check;
+        ++checked;
+      }
+    }
+  }
+  return checked;
+}
+
+void CheckBothDtypesAndDirections(Dims dims, Dist dist) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t largest : {1, 0}) {
+      Dims d = dims;
+      d.emplace_back("largest", largest);
+      EXPECT_GT(CheckAllKernels({d, dtype, dist, {}}), 0);
+    }
+  }
+}
+
+Tensor Row(std::vector<float> values) {
+  Tensor t(DType::kF32, {1, static_cast<int64_t>(values.size())});
+  std::memcpy(t.data(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+// ---- The reference, pinned ---------------------------------------------
+
+std::vector<int32_t> ReferenceIndices(const Tensor& input, int64_t k, bool largest) {
+  Tensor values(input.dtype(), {input.dim(0), k});
+  Tensor indices(DType::kI32, {input.dim(0), k});
+  kreg_topk_args args{sizeof args, input.dl(), k, largest, nullptr, nullptr, values.dl(), indices.dl(), nullptr};
+  EXPECT_TRUE(ValidateTopK(args).ok());
+  ReferenceTopK(args);
+  return {indices.data_as<int32_t>(), indices.data_as<int32_t>() + indices.numel()};
+}
+
+TEST(TopKReferenceTest, NanAboveInfBothSignsTiesByIndexZerosEqual) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor row = Row({1.0f, -nan, kInf, -0.0f, nan, 0.0f, -kInf, 1.0f});
+  EXPECT_THAT(ReferenceIndices(row, 8, true), ::testing::ElementsAre(1, 4, 2, 0, 7, 3, 5, 6));
+  EXPECT_THAT(ReferenceIndices(row, 8, false), ::testing::ElementsAre(6, 3, 5, 0, 7, 2, 1, 4));
+}
+
+TEST(TopKReferenceTest, RaggedRowsPadWithMinusOneAndTheWorstValue) {
+  Tensor input = Row({5, 4, 3, 2, 1});
+  Tensor starts(DType::kI32, {1}), ends(DType::kI32, {1});
+  starts.data_as<int32_t>()[0] = 3;
+  ends.data_as<int32_t>()[0] = 5;
+  for (bool largest : {true, false}) {
+    Tensor values(DType::kF32, {1, 3}), indices(DType::kI32, {1, 3});
+    kreg_topk_args args{sizeof args, input.dl(), 3, largest, starts.dl(), ends.dl(), values.dl(), indices.dl(), nullptr};
+    ASSERT_TRUE(ValidateTopK(args).ok());
+    ReferenceTopK(args);
+    EXPECT_EQ(indices.data_as<int32_t>()[0], largest ? 3 : 4);
+    EXPECT_EQ(indices.data_as<int32_t>()[2], -1);
+    EXPECT_EQ(values.data_as<float>()[2], largest ? -kInf : kInf);
+  }
+}
+
+TEST(TopKReferenceTest, ValidationNamesTheProblem) {
+  Tensor input = Row({1, 2, 3});
+  Tensor values(DType::kF32, {1, 2}), indices(DType::kI32, {1, 2}), wrong(DType::kF32, {1, 2});
+  kreg_topk_args args{sizeof args, input.dl(), 2, 1, nullptr, nullptr, values.dl(), indices.dl(), nullptr};
+  EXPECT_TRUE(ValidateTopK(args).ok());
+  args.indices = wrong.dl();
+  EXPECT_THAT(std::string(ValidateTopK(args).message()), ::testing::HasSubstr("indices must be i32"));
+  args.indices = indices.dl();
+  args.k = -1;
+  EXPECT_THAT(std::string(ValidateTopK(args).message()), ::testing::HasSubstr("k=-1 is negative"));
+  Tensor ends(DType::kI32, {1});
+  ends.data_as<int32_t>()[0] = 4;
+  args.k = 2;
+  args.row_ends = ends.dl();
+  EXPECT_THAT(std::string(ValidateTopK(args).message()), ::testing::HasSubstr("row 0 has range [0, 4)"));
+}
+
+// ---- Every kernel against the reference ---------------------------------
+
+TEST(TopKConformanceTest, RandomShapes) {
+  for (Dims dims : std::vector<Dims>{{{"batch", 3}, {"n", 100}, {"k", 7}},
+                                     {{"batch", 5}, {"n", 1000}, {"k", 64}},
+                                     {{"batch", 2}, {"n", 4099}, {"k", 100}},
+                                     {{"batch", 2}, {"n", 3000}, {"k", 1000}},
+                                     {{"batch", 1}, {"n", 70000}, {"k", 33}}}) {
+    CheckBothDtypesAndDirections(dims, Dist::kNormal);
+  }
+}
+
+TEST(TopKConformanceTest, KEqualsOneAndKEqualsN) {
+  CheckBothDtypesAndDirections({{"batch", 4}, {"n", 257}, {"k", 1}}, Dist::kUniform);
+  CheckBothDtypesAndDirections({{"batch", 4}, {"n", 257}, {"k", 257}}, Dist::kUniform);
+}
+
+TEST(TopKConformanceTest, TinyAndEmptyShapes) {
+  CheckBothDtypesAndDirections({{"batch", 0}, {"n", 10}, {"k", 3}}, Dist::kNormal);
+  CheckBothDtypesAndDirections({{"batch", 3}, {"n", 0}, {"k", 0}}, Dist::kNormal);
+  CheckBothDtypesAndDirections({{"batch", 3}, {"n", 10}, {"k", 0}}, Dist::kNormal);
+  CheckBothDtypesAndDirections({{"batch", 1}, {"n", 1}, {"k", 1}}, Dist::kNormal);
+}
+
+TEST(TopKConformanceTest, EveryBitPatternNanInfZerosSubnormals) {
+  CheckBothDtypesAndDirections({{"batch", 6}, {"n", 2000}, {"k", 50}}, Dist::kBits);
+  CheckBothDtypesAndDirections({{"batch", 3}, {"n", 300}, {"k", 300}}, Dist::kBits);
+}
+
+TEST(TopKConformanceTest, TiesEverywhere) {
+  CheckBothDtypesAndDirections({{"batch", 4}, {"n", 5000}, {"k", 300}}, Dist::kTies);
+  CheckBothDtypesAndDirections({{"batch", 4}, {"n", 100}, {"k", 100}}, Dist::kTies);
+}
+
+TEST(TopKConformanceTest, AllEqualRows) {
+  for (float v : {0.0f, -0.0f, 1.5f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN()}) {
+    Case c{{{"k", 40}}, DType::kF32, Dist::kNormal, {}};
+    Tensor input(DType::kF32, {3, 1000});
+    for (int64_t i = 0; i < input.numel(); ++i) input.data_as<float>()[i] = v;
+    c.inputs["input"] = input;
+    EXPECT_GT(CheckAllKernels(c), 0);
+    c.dims.emplace_back("largest", 0);
+    EXPECT_GT(CheckAllKernels(c), 0);
+  }
+}
+
+TEST(TopKConformanceTest, NarrowRangeRowsShareTheirHighBits) {
+  // Thousands of distinct values within a few ulps of 1: one radix bucket.
+  Tensor input(DType::kF32, {2, 50000});
+  for (int64_t i = 0; i < input.numel(); ++i) {
+    uint32_t bits = 0x3f800000u + static_cast<uint32_t>((i * 7919) % 20000);
+    std::memcpy(&input.data_as<float>()[i], &bits, 4);
+  }
+  Case c{{{"k", 5000}}, DType::kF32, Dist::kNormal, {{"input", input}}};
+  EXPECT_GT(CheckAllKernels(c), 0);
+  c.dims.emplace_back("largest", 0);
+  EXPECT_GT(CheckAllKernels(c), 0);
+}
+
+TEST(TopKConformanceTest, AllWinnersInOneColumnStride) {
+  // The blockwise seed's adversary: every 128th column holds the winners.
+  Tensor input(DType::kF32, {2, 128 * 200});
+  for (int64_t i = 0; i < input.numel(); ++i) input.data_as<float>()[i] = (i % 128 == 0) ? 1.0f : 0.0f;
+  EXPECT_GT(CheckAllKernels({{{"k", 64}}, DType::kF32, Dist::kNormal, {{"input", input}}}), 0);
+}
+
+TEST(TopKConformanceTest, RaggedRows) {
+  CheckBothDtypesAndDirections({{"batch", 40}, {"n", 500}, {"k", 20}, {"ragged", 1}}, Dist::kNormal);
+  CheckBothDtypesAndDirections({{"batch", 40}, {"n", 64}, {"k", 64}, {"ragged", 1}}, Dist::kBits);
+}
+
+TEST(TopKConformanceTest, StridedInputRows) {
+  // Rows 1000 elements apart, only the first 700 of each are the row.
+  Tensor storage(DType::kF32, {4, 1000});
+  FillRandom(storage, Dist::kNormal, 3);
+  int64_t shape[2] = {4, 700}, strides[2] = {1000, 1};
+  DLTensor input = *storage.dl();
+  input.shape = shape;
+  input.strides = strides;
+  Tensor compact(DType::kF32, {4, 700});
+  for (int r = 0; r < 4; ++r) {
+    std::memcpy(compact.data_as<float>() + r * 700, storage.data_as<float>() + r * 1000, 700 * 4);
+  }
+  for (const auto& kernel : TheRegistry().Kernels("topk")) {
+    if (!kernel->available()) continue;
+    SCOPED_TRACE(kernel->name());
+    Tensor values(DType::kF32, {4, 30}), indices(DType::kI32, {4, 30});
+    kreg_topk_args args{sizeof args, &input, 30, 1, nullptr, nullptr, values.dl(), indices.dl(), nullptr};
+    ASSERT_TRUE(kernel->Run(kernel->DefaultConfig(), &args).ok());
+    Tensor ref_values(DType::kF32, {4, 30}), ref_indices(DType::kI32, {4, 30});
+    kreg_topk_args ref{sizeof ref, compact.dl(), 30, 1, nullptr, nullptr, ref_values.dl(), ref_indices.dl(), nullptr};
+    ReferenceTopK(ref);
+    EXPECT_EQ(std::memcmp(indices.data(), ref_indices.data(), indices.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(values.data(), ref_values.data(), values.nbytes()), 0);
+  }
+}
+
+TEST(TopKConformanceTest, EveryKernelIsCoveredOnThisMachineOrDeclaresWhyNot) {
+  const auto kernels = TheRegistry().Kernels("topk");
+  ASSERT_FALSE(kernels.empty());
+  for (const auto& kernel : kernels) {
+    if (!kernel->available()) {
+      std::cout << kernel->name() << " skipped: needs " << IsaString(kernel->required_isa() & ~CpuIsa())
+                << "\n";
+    }
+  }
+  EXPECT_TRUE((*TheRegistry().Get("topk/sort"))->available());
+}
+
+}  // namespace
+}  // namespace kreg
