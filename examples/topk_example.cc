@@ -4,6 +4,7 @@
 //   topk_example [--plugin-path DIR]
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "kreg/registry.h"
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no topk kernels found; pass --plugin-path\n");
     return 1;
   }
-  kreg::Tensor first;
+  std::optional<kreg::Tensor> first;
   for (const auto& kernel : kernels) {
     if (!kernel->available()) continue;
     auto result = kreg::TopK(*kernel, kernel->DefaultConfig(), logits, /*k=*/5);
@@ -39,9 +40,9 @@ int main(int argc, char** argv) {
     const int32_t* idx = result->indices.data_as<int32_t>();
     std::printf("%-16s row 0: indices %d %d %d %d %d, best %.4f\n", kernel->name().c_str(), idx[0], idx[1],
                 idx[2], idx[3], idx[4], result->values.data_as<float>()[0]);
-    if (first.numel() == 0) {
+    if (!first) {
       first = result->indices;
-    } else if (std::memcmp(first.data(), result->indices.data(), first.nbytes()) != 0) {
+    } else if (std::memcmp(first->data(), result->indices.data(), first->nbytes()) != 0) {
       std::fprintf(stderr, "%s disagrees with %s\n", kernel->name().c_str(), kernels[0]->name().c_str());
       return 1;
     }
