@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-cmake --preset release -DKREG_BUILD_TESTS=OFF -DKREG_BUILD_BENCH=OFF >/dev/null
-cmake --build --preset release
+cmake --preset release >/dev/null
+cmake --build --preset release --target kreg kreg_topk
 kreg=build/release/bin/kreg
 $kreg list
 $kreg run topk/sort --dims batch=8,n=1000,k=10 --check
