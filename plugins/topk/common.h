@@ -8,10 +8,14 @@
 #include <cstdio>
 #include <cstring>
 
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <vector>
+
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
-#include <atomic>
 
 #include "kreg/plugin_abi.h"
 
@@ -32,17 +36,19 @@ inline void RowRange(const kreg_topk_args& a, int64_t r, int64_t* start, int64_t
 }
 
 // Maps float32 bits onto uint32 so that unsigned order is kreg's value order:
-// every NaN maps to the top, -0 and +0 to the same key.
+// every NaN maps to the top, -0 and +0 to the same key. Keys lie in
+// [0x007fffff, 0xfffffffe], so a Score is never 0: variants use 0 as "empty".
+// Branch-free, so loops over it vectorise.
 inline uint32_t OrderedKey(uint32_t u) {
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0xffffffffu;
-  if (u == 0x80000000u) u = 0;
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+  u = u == 0x80000000u ? 0 : u;
+  const uint32_t key = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
+  return nan ? 0xfffffffeu : key;
 }
 
 // A score where larger is better: the key, or its complement when smallest.
 inline uint32_t Score(uint32_t float_bits, bool largest) {
-  uint32_t key = OrderedKey(float_bits);
-  return largest ? key : ~key;
+  return OrderedKey(float_bits) ^ (largest ? 0u : 0xffffffffu);
 }
 
 // Bits of element c of a row as float32 bits (bf16 widened).
@@ -117,6 +123,94 @@ kreg_status ForEachRow(int64_t batch, const kreg_host* host, Fn&& fn) {
     body();
   }
   return stop ? KREG_CANCELLED : KREG_OK;
+}
+
+// Sorts packed keys best first: an LSD radix sort by bytes, skipping bytes
+// all keys share, for long lists; std::sort for short ones.
+inline void SortBestFirst(std::vector<uint64_t>& keys) {
+  const size_t n = keys.size();
+  if (n < 256) {
+    std::sort(keys.begin(), keys.end(), std::greater<>());
+    return;
+  }
+  thread_local std::vector<uint64_t> tmp;
+  tmp.resize(n);
+  uint64_t* src = keys.data();
+  uint64_t* dst = tmp.data();
+  for (int shift = 0; shift < 64; shift += 8) {
+    size_t count[256] = {};
+    for (size_t i = 0; i < n; ++i) ++count[0xff - ((src[i] >> shift) & 0xff)];
+    if (count[0xff - ((src[0] >> shift) & 0xff)] == n) continue;
+    size_t pos = 0;
+    for (size_t& c : count) {
+      const size_t here = c;
+      c = pos;
+      pos += here;
+    }
+    for (size_t i = 0; i < n; ++i) dst[count[0xff - ((src[i] >> shift) & 0xff)]++] = src[i];
+    std::swap(src, dst);
+  }
+  if (src != keys.data()) std::memcpy(keys.data(), src, n * sizeof(uint64_t));
+}
+
+// Sorts packed keys best first and keeps the best `count`.
+inline void KeepBest(std::vector<uint64_t>& keys, int64_t count) {
+  count = std::min<int64_t>(count, static_cast<int64_t>(keys.size()));
+  std::partial_sort(keys.begin(), keys.begin() + count, keys.end(), std::greater<>());
+  keys.resize(count);
+}
+
+// Writes row r from packed keys sorted best first (at most k of them).
+inline void WriteKeys(const kreg_topk_args& a, int64_t r, const std::vector<uint64_t>& keys) {
+  int32_t* idx = RowPtr<int32_t>(a.indices, r);
+  const int64_t count = static_cast<int64_t>(keys.size());
+  for (int64_t j = 0; j < count; ++j) idx[j] = PackedCol(keys[j]);
+  WriteRow(a, r, idx, count);
+}
+
+// Rows shorter than this are never cut into chunks.
+constexpr int64_t kMinChunk = 1 << 15;
+
+// The driver every selecting variant shares. `select(r, start, end, keys)`
+// must leave in `keys` the packed keys of the min(k, end - start) best
+// columns of [start, end) of row r, best first, and return a per-row
+// statistic (or 0). Rows run in parallel; when there are fewer rows than
+// threads, long rows are also cut into column chunks whose results are
+// merged, so one long row uses every thread.
+template <typename Select>
+kreg_status SelectRows(const kreg_topk_args& a, const kreg_host* host, Select&& select) {
+  const int64_t batch = a.input->shape[0];
+  int32_t* stats = a.stats ? RowPtr<int32_t>(a.stats, 0) : nullptr;
+  const int threads = host != nullptr && host->num_threads > 0 ? host->num_threads
+                                                                : tbb::this_task_arena::max_concurrency();
+  if (batch >= threads || a.input->shape[1] < 2 * kMinChunk) {
+    return ForEachRow(batch, host, [&](int64_t r) {
+      thread_local std::vector<uint64_t> keys;
+      int64_t start, end;
+      RowRange(a, r, &start, &end);
+      int32_t stat = select(r, start, end, keys);
+      if (stats) stats[r] = stat;
+      WriteKeys(a, r, keys);
+    });
+  }
+  for (int64_t r = 0; r < batch; ++r) {
+    int64_t start, end;
+    RowRange(a, r, &start, &end);
+    const int64_t chunks = std::clamp<int64_t>((end - start) / kMinChunk, 1, 4 * threads);
+    std::vector<std::vector<uint64_t>> parts(chunks);
+    std::vector<int32_t> part_stats(chunks);
+    kreg_status status = ForEachRow(chunks, host, [&](int64_t i) {
+      const int64_t lo = start + (end - start) * i / chunks, hi = start + (end - start) * (i + 1) / chunks;
+      part_stats[i] = select(r, lo, hi, parts[i]);
+    });
+    if (status != KREG_OK) return status;
+    std::vector<uint64_t> keys;
+    for (const std::vector<uint64_t>& part : parts) keys.insert(keys.end(), part.begin(), part.end());
+    KeepBest(keys, a.k);
+    if (stats) stats[r] = *std::max_element(part_stats.begin(), part_stats.end());
+    WriteKeys(a, r, keys);
+  }
+  return KREG_OK;
 }
 
 inline kreg_status Fail(kreg_status code, char* msg, size_t cap, const char* text) {

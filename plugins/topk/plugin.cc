@@ -6,6 +6,9 @@ namespace {
 
 const kreg_kernel kKernels[] = {
     kreg::topk::kSortKernel,
+    kreg::topk::kHeapKernel,
+    kreg::topk::kRadixKernel,
+    kreg::topk::kBlockwiseKernel,
 };
 
 const kreg_plugin kPlugin = {

@@ -24,10 +24,8 @@ kreg_status Run(const kreg_config* config, const void* args, void*, size_t, cons
   const kreg_topk_args& a = *static_cast<const kreg_topk_args*>(args);
   const bool bf16 = IsBf16(a);
   const int64_t method = config->values[0].value;
-  kreg_status status = ForEachRow(a.input->shape[0], host, [&](int64_t r) {
-    thread_local std::vector<uint64_t> keys;
-    int64_t start, end;
-    RowRange(a, r, &start, &end);
+  kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
+                                               std::vector<uint64_t>& keys) {
     const void* row = InputRow(a, r);
     keys.resize(end - start);
     for (int64_t c = start; c < end; ++c) {
@@ -41,9 +39,8 @@ kreg_status Run(const kreg_config* config, const void* args, void*, size_t, cons
     } else {
       std::partial_sort(keys.begin(), mid, keys.end(), std::greater<>());
     }
-    int32_t* idx = RowPtr<int32_t>(a.indices, r);
-    for (int64_t j = 0; j < count; ++j) idx[j] = PackedCol(keys[j]);
-    WriteRow(a, r, idx, count);
+    keys.resize(count);
+    return 0;
   });
   if (status != KREG_OK) return Fail(status, msg, cap, "cancelled");
   return KREG_OK;

@@ -8,6 +8,9 @@
 namespace kreg::topk {
 
 extern const kreg_kernel kSortKernel;
+extern const kreg_kernel kHeapKernel;
+extern const kreg_kernel kRadixKernel;
+extern const kreg_kernel kBlockwiseKernel;
 
 }  // namespace kreg::topk
 
