@@ -22,8 +22,8 @@ struct Result {
   std::string out;  // stdout and stderr together
 };
 
-Result Kreg(const std::string& args) {
-  std::string cmd = std::string(KREG_BIN) + " --plugin_path=" + KREG_PLUGIN_DIR + " " + args + " 2>&1";
+Result Kreg(const std::string& args, const std::string& env = "") {
+  std::string cmd = env + " " + std::string(KREG_BIN) + " --plugin_path=" + KREG_PLUGIN_DIR + " " + args + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -147,6 +147,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"missing_plugin_path", "list --plugin_path=/nonexistent", "'/nonexistent' does not exist"},
         BadInput{"unknown_flag", "list --bogus", "Unknown command line flag 'bogus'"}),
     [](const ::testing::TestParamInfo<BadInput>& p) { return std::string(p.param.name); });
+
+TEST(CliTest, VariantsNeedingAnIsaThisCpuLacksAreListedButRefusedToRun) {
+  // KREG_ISA_MASK hides every extension but FMA: a CPU without AVX2.
+  Result r = Kreg("list", "KREG_ISA_MASK=fma");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("topk/heap +v1 +isa: avx2 +UNAVAILABLE"));
+  r = Kreg("run topk/heap --dims batch=2,n=100,k=3", "KREG_ISA_MASK=fma");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.out, HasSubstr("topk/heap needs avx2, which this CPU lacks"));
+  r = Kreg("run topk/radix --dims batch=2,n=100,k=3 --check", "KREG_ISA_MASK=fma");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
 
 TEST(CliTest, BrokenPluginsAreWarnedAboutAndDoNotStopTheRest) {
   std::string cmd = std::string("list --plugin_path=") + KREG_TEST_PLUGIN_DIR;
