@@ -148,6 +148,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"unknown_flag", "list --bogus", "Unknown command line flag 'bogus'"}),
     [](const ::testing::TestParamInfo<BadInput>& p) { return std::string(p.param.name); });
 
+TEST(CliTest, ExitsCleanlyAfterCuttingOneRowAcrossThreads) {
+  // One long row is split over the thread pool; unloading the plugin at exit
+  // must not pull the runtime from under its workers.
+  for (int i = 0; i < 5; ++i) {
+    Result r = Kreg("run topk/sort --dims batch=1,n=200000,k=10 --reps 2 --json --check");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("\"check\":\"ok\""));
+  }
+}
+
 TEST(CliTest, VariantsNeedingAnIsaThisCpuLacksAreListedButRefusedToRun) {
   // KREG_ISA_MASK hides every extension but FMA: a CPU without AVX2.
   Result r = Kreg("list", "KREG_ISA_MASK=fma");

@@ -169,6 +169,7 @@ TEST(LoaderTest, InvalidArgumentsNeverReachThePlugin) {
 TEST(LoaderTest, ConcurrentLookupsWhileLoading) {
   Registry registry;
   ASSERT_TRUE(registry.LoadPlugin(std::string(KREG_PLUGIN_DIR) + "/kreg_topk.so").ok());
+  const size_t before = registry.Kernels("topk").size();
   std::atomic<int> found{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -179,7 +180,7 @@ TEST(LoaderTest, ConcurrentLookupsWhileLoading) {
   EXPECT_TRUE(registry.LoadPlugin(TestPlugin("none")).ok());
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(found.load(), 8000);
-  EXPECT_EQ(registry.Kernels("topk").size(), 3u);
+  EXPECT_EQ(registry.Kernels("topk").size(), before + 2);  // topk/fake and topk/fake_two
 }
 
 TEST(IsaTest, NamesBits) {

@@ -100,28 +100,21 @@ inline bool Cancelled(const kreg_host* host) {
 }
 
 // Runs fn(r) for every row, rows in parallel on oneTBB, honouring
-// host->num_threads and cancellation. Returns KREG_CANCELLED if stopped.
+// cancellation. Returns KREG_CANCELLED if stopped. (The host runs kernels
+// inside a oneTBB arena of kreg_host.num_threads threads when it is set.)
 template <typename Fn>
 kreg_status ForEachRow(int64_t batch, const kreg_host* host, Fn&& fn) {
   std::atomic<bool> stop{false};
-  auto body = [&] {
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, batch), [&](const tbb::blocked_range<int64_t>& range) {
-      for (int64_t r = range.begin(); r != range.end(); ++r) {
-        if (stop.load(std::memory_order_relaxed)) return;
-        if (Cancelled(host)) {
-          stop = true;
-          return;
-        }
-        fn(r);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, batch), [&](const tbb::blocked_range<int64_t>& range) {
+    for (int64_t r = range.begin(); r != range.end(); ++r) {
+      if (stop.load(std::memory_order_relaxed)) return;
+      if (Cancelled(host)) {
+        stop = true;
+        return;
       }
-    });
-  };
-  if (host != nullptr && host->num_threads > 0) {
-    tbb::task_arena arena(host->num_threads);
-    arena.execute(body);
-  } else {
-    body();
-  }
+      fn(r);
+    }
+  });
   return stop ? KREG_CANCELLED : KREG_OK;
 }
 
@@ -181,8 +174,7 @@ template <typename Select>
 kreg_status SelectRows(const kreg_topk_args& a, const kreg_host* host, Select&& select) {
   const int64_t batch = a.input->shape[0];
   int32_t* stats = a.stats ? RowPtr<int32_t>(a.stats, 0) : nullptr;
-  const int threads = host != nullptr && host->num_threads > 0 ? host->num_threads
-                                                                : tbb::this_task_arena::max_concurrency();
+  const int threads = tbb::this_task_arena::max_concurrency();
   if (batch >= threads || a.input->shape[1] < 2 * kMinChunk) {
     return ForEachRow(batch, host, [&](int64_t r) {
       thread_local std::vector<uint64_t> keys;

@@ -10,6 +10,8 @@
 #include <new>
 #include <set>
 
+#include <oneapi/tbb/task_arena.h>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -379,7 +381,15 @@ absl::Status Kernel::Run(const Config& config, const void* args,
     host.ctx = const_cast<int*>(options.cancel_flag);
     host.cancelled = PollCancel;
   }
-  kreg_status code = desc_->run(config.abi(), args, workspace, bytes, &host, msg, sizeof msg);
+  kreg_status code;
+  auto run = [&] { code = desc_->run(config.abi(), args, workspace, bytes, &host, msg, sizeof msg); };
+  if (options.num_threads > 0) {
+    // oneTBB plugins run inside the host's arena of that many threads.
+    tbb::task_arena arena(options.num_threads);
+    arena.execute(run);
+  } else {
+    run();
+  }
   msg[sizeof msg - 1] = '\0';
   if (code != KREG_OK) return FromAbi(code, absl::StrCat(name_, ": ", msg));
   return absl::OkStatus();

@@ -37,8 +37,10 @@
  *               the argument contract documented on each args struct.
  * Threads.      `check` and `workspace_bytes` must be thread-safe. `run` may
  *               be called concurrently on distinct outputs. A plugin may use
- *               threads internally (kreg plugins use oneTBB); it should honour
- *               kreg_host.num_threads when non-zero.
+ *               threads internally. The host links oneTBB and, when
+ *               kreg_host.num_threads is non-zero, calls `run` inside a oneTBB
+ *               arena of that many threads, so oneTBB plugins need do
+ *               nothing; a plugin using another runtime should honour it.
  * Versions.     kreg_kernel.version changes whenever the kernel's results or
  *               the meaning of its parameters change; tuned tables keyed on an
  *               older version are then stale.
