@@ -139,9 +139,10 @@ kreg_status Run(const kreg_config* config, const void* args, void*, size_t, cons
   std::vector<int64_t> schedule;
   for (size_t i = 0; i < config->values[1].list_len; ++i) schedule.push_back(config->values[1].list[i]);
   const bool nth = config->values[2].value == kNthElement;
+  tbb::enumerable_thread_specific<Blocks> per_thread;
   kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
                                                std::vector<uint64_t>& keys) {
-    thread_local Blocks blocks;
+    Blocks& blocks = per_thread.local();
     const void* row = InputRow(a, r);
     keys.clear();
     int32_t depth = static_cast<int32_t>(a.k);

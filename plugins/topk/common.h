@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/enumerable_thread_specific.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
@@ -118,34 +119,6 @@ kreg_status ForEachRow(int64_t batch, const kreg_host* host, Fn&& fn) {
   return stop ? KREG_CANCELLED : KREG_OK;
 }
 
-// Sorts packed keys best first: an LSD radix sort by bytes, skipping bytes
-// all keys share, for long lists; std::sort for short ones.
-inline void SortBestFirst(std::vector<uint64_t>& keys) {
-  const size_t n = keys.size();
-  if (n < 256) {
-    std::sort(keys.begin(), keys.end(), std::greater<>());
-    return;
-  }
-  thread_local std::vector<uint64_t> tmp;
-  tmp.resize(n);
-  uint64_t* src = keys.data();
-  uint64_t* dst = tmp.data();
-  for (int shift = 0; shift < 64; shift += 8) {
-    size_t count[256] = {};
-    for (size_t i = 0; i < n; ++i) ++count[0xff - ((src[i] >> shift) & 0xff)];
-    if (count[0xff - ((src[0] >> shift) & 0xff)] == n) continue;
-    size_t pos = 0;
-    for (size_t& c : count) {
-      const size_t here = c;
-      c = pos;
-      pos += here;
-    }
-    for (size_t i = 0; i < n; ++i) dst[count[0xff - ((src[i] >> shift) & 0xff)]++] = src[i];
-    std::swap(src, dst);
-  }
-  if (src != keys.data()) std::memcpy(keys.data(), src, n * sizeof(uint64_t));
-}
-
 // Sorts packed keys best first and keeps the best `count`.
 inline void KeepBest(std::vector<uint64_t>& keys, int64_t count) {
   count = std::min<int64_t>(count, static_cast<int64_t>(keys.size()));
@@ -176,8 +149,9 @@ kreg_status SelectRows(const kreg_topk_args& a, const kreg_host* host, Select&& 
   int32_t* stats = a.stats ? RowPtr<int32_t>(a.stats, 0) : nullptr;
   const int threads = tbb::this_task_arena::max_concurrency();
   if (batch >= threads || a.input->shape[1] < 2 * kMinChunk) {
+    tbb::enumerable_thread_specific<std::vector<uint64_t>> per_thread;
     return ForEachRow(batch, host, [&](int64_t r) {
-      thread_local std::vector<uint64_t> keys;
+      std::vector<uint64_t>& keys = per_thread.local();
       int64_t start, end;
       RowRange(a, r, &start, &end);
       int32_t stat = select(r, start, end, keys);

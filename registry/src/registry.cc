@@ -377,6 +377,7 @@ absl::Status Kernel::Run(const Config& config, const void* args,
   kreg_host host{};
   host.struct_size = sizeof host;
   host.num_threads = options.num_threads;
+  host.isa = CpuIsa();
   if (options.cancel_flag != nullptr) {
     host.ctx = const_cast<int*>(options.cancel_flag);
     host.cancelled = PollCancel;

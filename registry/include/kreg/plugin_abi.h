@@ -135,6 +135,7 @@ typedef struct kreg_host {
   int32_t num_threads;           /* 0: the host's default */
   int (*cancelled)(void* ctx);   /* non-zero: stop and return KREG_CANCELLED */
   void (*log)(void* ctx, int level, const char* message); /* 0 info, 1 warn */
+  uint32_t isa; /* KREG_ISA_* bits a kernel may use for internal dispatch */
 } kreg_host;
 
 /* ---- Per-op argument structs ------------------------------------------- */
