@@ -21,7 +21,6 @@ OPENBLAS_NUM_THREADS and MKL_NUM_THREADS are 2, and kreg gets --threads 2.
 Needs `pip install numpy jax` (--install runs it).
 """
 import argparse
-import ctypes.util
 import json
 import os
 import pathlib
@@ -123,14 +122,7 @@ def run_kreg(args, variant, path, k, outdir):
         cmd += ["--param", p]
     if args.check:
         cmd.append("--check")
-    # Preloading oneTBB keeps it mapped until exit: kreg itself does not link
-    # it, so unloading the plugin at exit can unmap it under TBB's worker
-    # threads (an intermittent SIGSEGV after the run, losing the JSON).
-    env = dict(os.environ)
-    tbb = ctypes.util.find_library("tbb")
-    if tbb:
-        env["LD_PRELOAD"] = " ".join(filter(None, [env.get("LD_PRELOAD"), tbb]))
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         lines = (r.stderr.strip() or r.stdout.strip()).splitlines()
         why = lines[-1] if lines else f"exit status {r.returncode}"

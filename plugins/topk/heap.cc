@@ -46,8 +46,8 @@ __attribute__((target("avx2"))) inline __m256 Load8(const void* row, bool bf16, 
 // A superset of the elements that may beat threshold t: x > t (largest) or
 // x < t (smallest), and anything unordered, as NaN needs the exact path.
 template <bool kLargest>
-__attribute__((target("avx2"))) inline int MayBeat(__m256 x, __m256 t) {
-  return _mm256_movemask_ps(_mm256_cmp_ps(x, t, kLargest ? _CMP_NLE_UQ : _CMP_NGE_UQ));
+__attribute__((target("avx2"))) inline __m256 MayBeat(__m256 x, __m256 t) {
+  return _mm256_cmp_ps(x, t, kLargest ? _CMP_NLE_UQ : _CMP_NGE_UQ);
 }
 
 template <bool kLargest>
@@ -65,16 +65,21 @@ __attribute__((target("avx2"))) void Scan(const void* row, bool bf16, int64_t c,
     if (kLargest && thr != thr) return;
     const __m256 t = _mm256_set1_ps(thr);
     const uint64_t root = h[0];
-    for (; c + 16 <= end; c += 16) {
-      int mask = MayBeat<kLargest>(Load8(row, bf16, c), t) | MayBeat<kLargest>(Load8(row, bf16, c + 8), t) << 8;
-      if (mask == 0) continue;
+    for (; c + 32 <= end; c += 32) {
+      const __m256 x0 = Load8(row, bf16, c), x1 = Load8(row, bf16, c + 8);
+      const __m256 x2 = Load8(row, bf16, c + 16), x3 = Load8(row, bf16, c + 24);
+      const __m256 any = _mm256_or_ps(_mm256_or_ps(MayBeat<kLargest>(x0, t), MayBeat<kLargest>(x1, t)),
+                                      _mm256_or_ps(MayBeat<kLargest>(x2, t), MayBeat<kLargest>(x3, t)));
+      if (_mm256_testz_ps(any, any)) continue;
+      uint32_t mask = 0;
+      for (__m256 x : {x3, x2, x1, x0}) mask = mask << 8 | _mm256_movemask_ps(MayBeat<kLargest>(x, t));
       for (; mask != 0; mask &= mask - 1) offer(c + __builtin_ctz(mask));
       if (h[0] != root) {
-        c += 16;
+        c += 32;
         break;
       }
     }
-    if (c + 16 > end) break;
+    if (c + 32 > end) break;
   }
   for (; c < end; ++c) offer(c);
 }
