@@ -81,7 +81,10 @@ struct BestParams {
 
 const std::vector<BestParams>& BestParamsTable() {
   static const auto* table = new std::vector<BestParams>{
-      // {"sort", "b64_n32768_k2048", {"method=nth_element"}},
+      // Found by hand with `kreg run`; the tuner (issue 4) will own this.
+      {"sort", "b64_n32768_k2048", {"method=nth_element"}},
+      {"radix", "b64_n32768_k2048", {"first_bits=12"}},
+      {"blockwise", "b64_n32768_k2048", {"num_blocks=256", "m_schedule=16", "stage2=nth_element"}},
   };
   return *table;
 }

@@ -118,7 +118,7 @@ absl::Status List(const Args& args) {
         params.Push(Json::Object().Set("name", p.name).Set("kind", ParamKind(p))
                         .Set("default", ParamDefault(*k, i)).Set("doc", p.doc ? p.doc : ""));
         if (!json) {
-          std::cout << absl::StrFormat("      %-14s %-32s default %-8s %s\n", p.name, ParamKind(p),
+          std::cout << absl::StrFormat("      %-14s %-40s default %-8s %s\n", p.name, ParamKind(p),
                                        ParamDefault(*k, i), p.doc ? p.doc : "");
         }
       }

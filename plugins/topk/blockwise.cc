@@ -140,7 +140,7 @@ kreg_status Run(const kreg_config* config, const void* args, void*, size_t, cons
   for (size_t i = 0; i < config->values[1].list_len; ++i) schedule.push_back(config->values[1].list[i]);
   const bool nth = config->values[2].value == kNthElement;
   tbb::enumerable_thread_specific<Blocks> per_thread;
-  kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
+  const kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
                                                std::vector<uint64_t>& keys) {
     Blocks& blocks = per_thread.local();
     const void* row = InputRow(a, r);
@@ -171,19 +171,10 @@ kreg_status Run(const kreg_config* config, const void* args, void*, size_t, cons
       // m = k: every block's top-k, i.e. the whole range, is the superset.
       for (int64_t c = start; c < end; ++c) keys.push_back(Pack(Score(FloatBits(row, bf16, c), a.largest), c));
     }
-    const int64_t count = std::min<int64_t>(a.k, static_cast<int64_t>(keys.size()));
-    auto mid = keys.begin() + count;
-    if (nth && mid != keys.end()) std::nth_element(keys.begin(), mid, keys.end(), std::greater<>());
-    if (nth) {
-      std::sort(keys.begin(), mid, std::greater<>());
-    } else {
-      std::partial_sort(keys.begin(), mid, keys.end(), std::greater<>());
-    }
-    keys.resize(count);
+    KeepBest(keys, a.k, nth);
     return depth;
   });
-  if (status != KREG_OK) return Fail(status, msg, cap, "cancelled");
-  return KREG_OK;
+  return Finish(status, msg, cap);
 }
 
 }  // namespace

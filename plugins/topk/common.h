@@ -119,10 +119,17 @@ kreg_status ForEachRow(int64_t batch, const kreg_host* host, Fn&& fn) {
   return stop ? KREG_CANCELLED : KREG_OK;
 }
 
-// Sorts packed keys best first and keeps the best `count`.
-inline void KeepBest(std::vector<uint64_t>& keys, int64_t count) {
+// Keeps the best `count` packed keys, sorted best first: by partial sort, or
+// by nth_element and a sort of the kept ones.
+inline void KeepBest(std::vector<uint64_t>& keys, int64_t count, bool nth_element = false) {
   count = std::min<int64_t>(count, static_cast<int64_t>(keys.size()));
-  std::partial_sort(keys.begin(), keys.begin() + count, keys.end(), std::greater<>());
+  auto mid = keys.begin() + count;
+  if (nth_element) {
+    if (mid != keys.end()) std::nth_element(keys.begin(), mid, keys.end(), std::greater<>());
+    std::sort(keys.begin(), mid, std::greater<>());
+  } else {
+    std::partial_sort(keys.begin(), mid, keys.end(), std::greater<>());
+  }
   keys.resize(count);
 }
 
@@ -182,6 +189,11 @@ kreg_status SelectRows(const kreg_topk_args& a, const kreg_host* host, Select&& 
 inline kreg_status Fail(kreg_status code, char* msg, size_t cap, const char* text) {
   std::snprintf(msg, cap, "%s", text);
   return code;
+}
+
+// What a variant's run returns for SelectRows' status.
+inline kreg_status Finish(kreg_status status, char* msg, size_t cap) {
+  return status == KREG_OK ? KREG_OK : Fail(status, msg, cap, "cancelled");
 }
 
 }  // namespace kreg::topk

@@ -88,7 +88,7 @@ kreg_status Run(const kreg_config*, const void* args, void*, size_t, const kreg_
                 size_t cap) {
   const kreg_topk_args& a = *static_cast<const kreg_topk_args*>(args);
   const bool bf16 = IsBf16(a);
-  kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
+  const kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
                                                std::vector<uint64_t>& heap) {
     const void* row = InputRow(a, r);
     const int64_t count = std::min<int64_t>(a.k, end - start);
@@ -105,8 +105,7 @@ kreg_status Run(const kreg_config*, const void* args, void*, size_t, const kreg_
     std::sort_heap(heap.begin(), heap.end(), std::greater<>());
     return 0;
   });
-  if (status != KREG_OK) return Fail(status, msg, cap, "cancelled");
-  return KREG_OK;
+  return Finish(status, msg, cap);
 }
 
 }  // namespace

@@ -245,14 +245,13 @@ kreg_status Run(const kreg_config* config, const void* args, void*, size_t, cons
   // AVX2 only speeds up a scan; the variant itself needs no ISA.
   const bool avx2 = host != nullptr && host->struct_size >= sizeof(kreg_host) && (host->isa & KREG_ISA_AVX2);
   tbb::enumerable_thread_specific<Scratch> scratch;
-  kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
+  const kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
                                                std::vector<uint64_t>& keys) {
     Select(InputRow(a, r), bf16, a.largest, start, end, a.k, first_bits, round_bits, capacity, avx2,
            scratch.local(), keys);
     return 0;
   });
-  if (status != KREG_OK) return Fail(status, msg, cap, "cancelled");
-  return KREG_OK;
+  return Finish(status, msg, cap);
 }
 
 }  // namespace

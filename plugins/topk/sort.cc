@@ -24,26 +24,17 @@ kreg_status Run(const kreg_config* config, const void* args, void*, size_t, cons
   const kreg_topk_args& a = *static_cast<const kreg_topk_args*>(args);
   const bool bf16 = IsBf16(a);
   const int64_t method = config->values[0].value;
-  kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
+  const kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
                                                std::vector<uint64_t>& keys) {
     const void* row = InputRow(a, r);
     keys.resize(end - start);
     for (int64_t c = start; c < end; ++c) {
       keys[c - start] = Pack(Score(FloatBits(row, bf16, c), a.largest), c);
     }
-    const int64_t count = std::min<int64_t>(a.k, end - start);
-    auto mid = keys.begin() + count;
-    if (method == kNthElement) {
-      if (mid != keys.end()) std::nth_element(keys.begin(), mid, keys.end(), std::greater<>());
-      std::sort(keys.begin(), mid, std::greater<>());
-    } else {
-      std::partial_sort(keys.begin(), mid, keys.end(), std::greater<>());
-    }
-    keys.resize(count);
+    KeepBest(keys, a.k, method == kNthElement);
     return 0;
   });
-  if (status != KREG_OK) return Fail(status, msg, cap, "cancelled");
-  return KREG_OK;
+  return Finish(status, msg, cap);
 }
 
 }  // namespace
