@@ -38,6 +38,9 @@ struct ProblemOptions {
   uint64_t seed = 1;
   // Inputs given by the user (name -> tensor) replace the random ones.
   std::map<std::string, Tensor> inputs;
+  // False: leave random inputs zero, for a Problem that only carries shapes
+  // (legality checks, enumerating a search space).
+  bool fill = true;
 };
 
 // One concrete instance of an op: inputs, outputs, and the args struct the
@@ -49,8 +52,8 @@ class Problem {
   // The resolved dims (those read from input files too), and attributes
   // that differ from their defaults.
   virtual Dims dims() const = 0;
-  // Compares the outputs against the op's reference; InvalidArgument naming
-  // the first difference.
+  // Compares the outputs against the op's reference (computed once per
+  // input); InvalidArgument naming the first difference.
   virtual absl::Status CheckOutputs() const = 0;
   // Fills the outputs with a poison pattern, so a kernel that leaves memory
   // unwritten is caught by CheckOutputs().
