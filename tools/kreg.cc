@@ -21,6 +21,7 @@
 #include "kreg/npy.h"
 #include "kreg/ops.h"
 #include "kreg/registry.h"
+#include "kreg/worker.h"
 #include "tools/json.h"
 
 // A flag that may be given many times (--param a=1 --param b=2). main()
@@ -343,6 +344,8 @@ std::vector<std::string> Normalize(int argc, char** argv) {
 }
 
 int Main(int argc, char** argv) {
+  // The tuner's measuring process (kreg/worker.h): a protocol, not a command.
+  if (argc == 2 && std::string_view(argv[1]) == "__worker") return WorkerMain(0, 1);
   absl::SetProgramUsageMessage(Usage());
   std::vector<std::string> normalized = Normalize(argc, argv);
   std::vector<char*> cargs;

@@ -1,0 +1,84 @@
+// The autotuner's parts that need no process of their own: search spaces
+// built from kernel descriptors, and search strategies over them.
+//
+// A strategy only decides what to measure and how often; it reaches the
+// kernels through a MeasureFn, so strategies can be tested against a
+// synthetic cost function and run unchanged against isolated workers
+// (kreg/worker.h).
+//
+// Thread-safety: EnumerateSpace is thread-safe and uses oneTBB internally;
+// Search calls `measure` from the calling thread only, one call at a time,
+// so timed runs never overlap.
+#ifndef KREG_AUTOTUNE_AUTOTUNE_H_
+#define KREG_AUTOTUNE_AUTOTUNE_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kreg/registry.h"
+
+namespace kreg {
+
+struct SpaceOptions {
+  // INT_LIST parameters take the increasing lists of 1..max_list_len values
+  // drawn from the parameter's candidates (plus its default list).
+  int max_list_len = 2;
+};
+
+// Every configuration of `kernel` that its legality check accepts for
+// `args` (checked in parallel), in a stable order, the default first when
+// legal.
+std::vector<Config> EnumerateSpace(const Kernel& kernel, const void* args, const SpaceOptions& options = {});
+
+enum class TrialStatus { kOk, kWrongResult, kCrashed, kTimedOut, kIllegal, kError };
+absl::string_view TrialStatusName(TrialStatus status);  // "ok", "wrong_result", ...
+absl::StatusOr<TrialStatus> ParseTrialStatus(absl::string_view name);
+
+// One measurement of one candidate.
+struct Measurement {
+  TrialStatus status = TrialStatus::kError;
+  double median_ns = 0, min_ns = 0, max_ns = 0;
+  int reps = 0;
+  std::string error;  // why, when status is not kOk
+  bool ok() const { return status == TrialStatus::kOk; }
+};
+
+enum class Strategy { kExhaustive, kRandom, kHalving };
+absl::StatusOr<Strategy> ParseStrategy(absl::string_view name);
+absl::string_view StrategyName(Strategy strategy);
+
+struct SearchOptions {
+  Strategy strategy = Strategy::kHalving;
+  int reps = 10;             // timed runs of a full measurement
+  double budget_seconds = 0;  // 0: none; random and halving stop when spent
+  size_t random_samples = 0;  // random: candidates to draw (0: a quarter)
+  int halving_rate = 4;       // halving: keep 1 of every `rate` per round
+  uint64_t seed = 1;
+};
+
+// measure(i, reps) measures candidate i with `reps` timed runs.
+using MeasureFn = std::function<Measurement(size_t candidate, int reps)>;
+
+struct SearchResult {
+  // Every measurement made, in order; later ones of a candidate supersede
+  // earlier ones (halving re-measures survivors with more repetitions).
+  std::vector<std::pair<size_t, Measurement>> measured;
+  // The best candidate by its last full measurement, or -1 if none was ok.
+  int64_t best = -1;
+  // Candidates whose last measurement used opts.reps repetitions.
+  std::vector<size_t> fully_measured;
+};
+
+// Searches candidates [0, n). Exhaustive measures all fully. Random measures
+// a sample fully. Halving measures all once (each candidate's first run is
+// its correctness check), keeps the best 1/rate, multiplies the repetitions
+// by rate, and so on until one is left, which is measured fully.
+SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& options);
+
+}  // namespace kreg
+
+#endif  // KREG_AUTOTUNE_AUTOTUNE_H_

@@ -1,0 +1,198 @@
+#include "kreg/autotune.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <random>
+
+#include <oneapi/tbb/parallel_for.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace kreg {
+namespace {
+
+// Increasing lists of 1..max_len values from `values` (sorted), shortest first.
+void Lists(const std::vector<int64_t>& values, int max_len, std::vector<int64_t>& prefix, size_t from,
+           std::vector<std::vector<int64_t>>& out) {
+  if (!prefix.empty()) out.push_back(prefix);
+  if (static_cast<int>(prefix.size()) == max_len) return;
+  for (size_t i = from; i < values.size(); ++i) {
+    prefix.push_back(values[i]);
+    Lists(values, max_len, prefix, i + 1, out);
+    prefix.pop_back();
+  }
+}
+
+std::vector<ParamValue> Choices(const kreg_param_desc& p, const SpaceOptions& options) {
+  std::vector<ParamValue> out;
+  switch (p.kind) {
+    case KREG_PARAM_INT:
+      for (size_t i = 0; i < p.num_values; ++i) out.push_back({p.values[i], {}});
+      break;
+    case KREG_PARAM_CHOICE:
+      for (size_t i = 0; i < p.num_choices; ++i) out.push_back({static_cast<int64_t>(i), {}});
+      break;
+    case KREG_PARAM_INT_LIST: {
+      std::vector<int64_t> values(p.values, p.values + p.num_values);
+      std::sort(values.begin(), values.end());
+      values.erase(std::unique(values.begin(), values.end()), values.end());
+      std::vector<std::vector<int64_t>> lists;
+      std::vector<int64_t> prefix;
+      Lists(values, options.max_list_len, prefix, 0, lists);
+      std::vector<int64_t> def(p.default_list, p.default_list + p.default_list_len);
+      out.push_back({0, def});
+      for (auto& l : lists) {
+        if (l != def) out.push_back({0, std::move(l)});
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+std::vector<Config> EnumerateSpace(const Kernel& kernel, const void* args, const SpaceOptions& options) {
+  std::vector<Config> all = {Config()};
+  for (size_t i = 0; i < kernel.num_params(); ++i) {
+    std::vector<Config> next;
+    for (const ParamValue& v : Choices(kernel.param(i), options)) {
+      for (const Config& c : all) {
+        std::vector<ParamValue> values = c.values();
+        values.push_back(v);
+        next.emplace_back(std::move(values));
+      }
+    }
+    all = std::move(next);
+  }
+  // The default first, then the rest in enumeration order.
+  const Config def = kernel.DefaultConfig();
+  auto it = std::find(all.begin(), all.end(), def);
+  if (it != all.end()) std::rotate(all.begin(), it, it + 1);
+  std::vector<char> legal(all.size());
+  tbb::parallel_for(size_t{0}, all.size(), [&](size_t i) { legal[i] = kernel.Check(all[i], args).ok(); });
+  std::vector<Config> out;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (legal[i]) out.push_back(std::move(all[i]));
+  }
+  return out;
+}
+
+absl::string_view TrialStatusName(TrialStatus status) {
+  switch (status) {
+    case TrialStatus::kOk:
+      return "ok";
+    case TrialStatus::kWrongResult:
+      return "wrong_result";
+    case TrialStatus::kCrashed:
+      return "crashed";
+    case TrialStatus::kTimedOut:
+      return "timed_out";
+    case TrialStatus::kIllegal:
+      return "illegal";
+    case TrialStatus::kError:
+      return "error";
+  }
+  return "error";
+}
+
+absl::StatusOr<TrialStatus> ParseTrialStatus(absl::string_view name) {
+  for (TrialStatus s : {TrialStatus::kOk, TrialStatus::kWrongResult, TrialStatus::kCrashed,
+                        TrialStatus::kTimedOut, TrialStatus::kIllegal, TrialStatus::kError}) {
+    if (TrialStatusName(s) == name) return s;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown trial status '", name, "'"));
+}
+
+absl::StatusOr<Strategy> ParseStrategy(absl::string_view name) {
+  if (name == "exhaustive") return Strategy::kExhaustive;
+  if (name == "random") return Strategy::kRandom;
+  if (name == "halving") return Strategy::kHalving;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown strategy '", name, "' (expected exhaustive, random or halving)"));
+}
+
+absl::string_view StrategyName(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kExhaustive:
+      return "exhaustive";
+    case Strategy::kRandom:
+      return "random";
+    case Strategy::kHalving:
+      return "halving";
+  }
+  return "?";
+}
+
+SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& options) {
+  SearchResult result;
+  const auto start = Clock::now();
+  auto spent = [&] {
+    return options.budget_seconds > 0 &&
+           std::chrono::duration<double>(Clock::now() - start).count() >= options.budget_seconds;
+  };
+  std::vector<Measurement> last(n);
+  std::vector<int> reps_of(n, 0);
+  auto run = [&](size_t i, int reps) {
+    Measurement m = measure(i, reps);
+    last[i] = m;
+    reps_of[i] = reps;
+    result.measured.emplace_back(i, std::move(m));
+  };
+
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (options.strategy == Strategy::kExhaustive || options.strategy == Strategy::kRandom) {
+    if (options.strategy == Strategy::kRandom) {
+      // Candidate 0 (the default) always, then a random sample of the rest.
+      std::mt19937_64 rng(options.seed);
+      if (n > 1) std::shuffle(order.begin() + 1, order.end(), rng);
+      const size_t want = options.random_samples ? options.random_samples : std::max<size_t>(1, (n + 3) / 4);
+      order.resize(std::min(n, want));
+    }
+    for (size_t i : order) {
+      if (spent() && !result.measured.empty()) break;
+      run(i, options.reps);
+    }
+  } else {
+    // Successive halving. Round 0 measures everyone once; each round keeps
+    // the best 1/rate of the ok ones and multiplies the repetitions by rate.
+    const int rate = std::max(2, options.halving_rate);
+    std::vector<size_t> alive = order;
+    int reps = 1;
+    for (;;) {
+      for (size_t i : alive) {
+        if (reps_of[i] >= reps && !last[i].ok()) continue;
+        if (spent() && reps > 1) break;
+        run(i, reps);
+      }
+      std::vector<size_t> ok;
+      for (size_t i : alive) {
+        if (last[i].ok() && reps_of[i] == reps) ok.push_back(i);
+      }
+      std::sort(ok.begin(), ok.end(), [&](size_t a, size_t b) { return last[a].median_ns < last[b].median_ns; });
+      if (reps >= options.reps || ok.size() <= 1 || spent()) {
+        // Measure the winner fully if it is not already.
+        if (!ok.empty() && reps < options.reps) run(ok.front(), options.reps);
+        break;
+      }
+      ok.resize(std::max<size_t>(1, (ok.size() + rate - 1) / rate));
+      alive = std::move(ok);
+      reps = std::min(options.reps, reps * rate);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (reps_of[i] == options.reps) result.fully_measured.push_back(i);
+  }
+  for (size_t i : result.fully_measured) {
+    if (last[i].ok() && (result.best < 0 || last[i].median_ns < last[result.best].median_ns)) {
+      result.best = static_cast<int64_t>(i);
+    }
+  }
+  return result;
+}
+
+}  // namespace kreg

@@ -1,0 +1,415 @@
+#include "kreg/worker.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "kreg/npy.h"
+#include "kreg/registry.h"
+
+extern char** environ;
+
+namespace kreg {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Fields are tab-separated; values may not contain tabs or newlines.
+bool Clean(absl::string_view s) { return s.find_first_of("\t\n") == absl::string_view::npos; }
+
+void WriteAll(int fd, const std::string& s) {
+  size_t done = 0;
+  while (done < s.size()) {
+    ssize_t n = write(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+std::string WorkerJob::Serialize() const {
+  std::vector<std::string> inputs, plugin_list;
+  for (const auto& [name, path] : input_files) inputs.push_back(absl::StrCat(name, ":", path));
+  return absl::StrCat("job\top=", op, "\tdtype=", DTypeName(dtype), "\tdims=", DimsString(dims),
+                      "\tdist=", DistName(dist), "\tseed=", seed, "\tinputs=", absl::StrJoin(inputs, ";"),
+                      "\tplugins=", absl::StrJoin(plugins, ";"), "\twarmup=", warmup, "\tthreads=", threads,
+                      "\tmax_seconds=", max_seconds_per_run, "\n");
+}
+
+absl::StatusOr<WorkerJob> WorkerJob::Parse(absl::string_view line) {
+  std::vector<absl::string_view> fields = absl::StrSplit(line, '\t');
+  if (fields.empty() || fields[0] != "job") return absl::InvalidArgumentError("worker: expected a job line");
+  WorkerJob job;
+  for (size_t i = 1; i < fields.size(); ++i) {
+    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(fields[i], absl::MaxSplits('=', 1));
+    const absl::string_view key = kv.first, value = kv.second;
+    bool ok = true;
+    if (key == "op") {
+      job.op = std::string(value);
+    } else if (key == "dtype") {
+      absl::StatusOr<DType> d = ParseDType(value);
+      ok = d.ok();
+      if (ok) job.dtype = *d;
+    } else if (key == "dims") {
+      absl::StatusOr<Dims> d = ParseDims(value);
+      ok = d.ok();
+      if (ok) job.dims = *d;
+    } else if (key == "dist") {
+      absl::StatusOr<Dist> d = ParseDist(value);
+      ok = d.ok();
+      if (ok) job.dist = *d;
+    } else if (key == "seed") {
+      ok = absl::SimpleAtoi(value, &job.seed);
+    } else if (key == "inputs") {
+      for (absl::string_view item : absl::StrSplit(value, ';', absl::SkipEmpty())) {
+        std::pair<std::string, std::string> in = absl::StrSplit(item, absl::MaxSplits(':', 1));
+        job.input_files.push_back(std::move(in));
+      }
+    } else if (key == "plugins") {
+      for (absl::string_view item : absl::StrSplit(value, ';', absl::SkipEmpty())) job.plugins.emplace_back(item);
+    } else if (key == "warmup") {
+      ok = absl::SimpleAtoi(value, &job.warmup);
+    } else if (key == "threads") {
+      ok = absl::SimpleAtoi(value, &job.threads);
+    } else if (key == "max_seconds") {
+      ok = absl::SimpleAtod(value, &job.max_seconds_per_run);
+    }
+    if (!ok) return absl::InvalidArgumentError(absl::StrCat("worker: bad job field '", fields[i], "'"));
+  }
+  return job;
+}
+
+// ---- The parent's side ------------------------------------------------------
+
+IsolatedRunner::IsolatedRunner(std::vector<std::string> command, WorkerJob job, double timeout_seconds)
+    : command_(std::move(command)), job_(std::move(job)), timeout_(timeout_seconds) {}
+
+IsolatedRunner::~IsolatedRunner() { Kill(); }
+
+absl::Status IsolatedRunner::Spawn() {
+  int in[2], out[2];
+  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  std::vector<char*> argv;
+  for (std::string& a : command_) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(in[0]);
+  close(out[1]);
+  if (rc != 0) {
+    close(in[1]);
+    close(out[0]);
+    return absl::InternalError(absl::StrCat("cannot start worker ", command_[0], ": ", std::strerror(rc)));
+  }
+  pid_ = pid;
+  to_ = in[1];
+  from_ = out[0];
+  buffer_.clear();
+  fresh_ = true;
+  ++started_;
+  WriteAll(to_, job_.Serialize());
+  return absl::OkStatus();
+}
+
+void IsolatedRunner::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  int status;
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  close(to_);
+  close(from_);
+  pid_ = -1;
+}
+
+std::string IsolatedRunner::ExitReason() {
+  int status = 0;
+  pid_t r;
+  while ((r = waitpid(pid_, &status, 0)) < 0 && errno == EINTR) {
+  }
+  close(to_);
+  close(from_);
+  pid_ = -1;
+  if (r <= 0) return "worker vanished";
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("worker killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+  }
+  return absl::StrCat("worker exited with status ", WEXITSTATUS(status));
+}
+
+bool IsolatedRunner::ReadLine(double seconds, std::string* line, bool* timed_out) {
+  *timed_out = false;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    size_t nl = buffer_.find('\n');
+    if (nl != std::string::npos) {
+      *line = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      return true;
+    }
+    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      *timed_out = true;
+      return false;
+    }
+    pollfd p{from_, POLLIN, 0};
+    int rc = poll(&p, 1, static_cast<int>(std::min(left * 1000 + 1, 3.6e6)));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc == 0) continue;
+    char buf[4096];
+    ssize_t n = read(from_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    buffer_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+Measurement IsolatedRunner::Measure(const std::string& name, const Params& params, int reps) {
+  Measurement m;
+  if (!Clean(name) || !std::all_of(params.begin(), params.end(), [](const auto& p) {
+        return Clean(p.first) && Clean(p.second);
+      })) {
+    m.error = "a kernel name or parameter holds a tab or newline";
+    return m;
+  }
+  if (!fatal_.empty()) {
+    m.error = fatal_;
+    return m;
+  }
+  if (pid_ <= 0) {
+    if (absl::Status s = Spawn(); !s.ok()) {
+      m.error = fatal_ = std::string(s.message());
+      return m;
+    }
+  }
+  const int id = next_id_++;
+  std::string line = absl::StrCat("run\t", id, "\t", name, "\t", reps);
+  for (const auto& [k, v] : params) absl::StrAppend(&line, "\t", k, "=", v);
+  WriteAll(to_, line + "\n");
+  // A fresh worker builds its inputs before it answers `start`.
+  double wait = fresh_ ? kSetupSeconds : timeout_;
+  fresh_ = false;
+  bool timed_out = false;
+  std::string reply;
+  for (;;) {
+    if (!ReadLine(wait, &reply, &timed_out)) break;
+    std::vector<std::string> f = absl::StrSplit(reply, '\t');
+    if (f[0] == "fatal") {
+      m.error = fatal_ = f.size() > 1 ? f[1] : "worker failed";
+      Kill();
+      return m;
+    }
+    if (f[0] == "start" && f.size() > 1 && f[1] == absl::StrCat(id)) wait = timeout_;
+    if (f[0] == "done" && f.size() >= 8 && f[1] == absl::StrCat(id)) {
+      absl::StatusOr<TrialStatus> status = ParseTrialStatus(f[2]);
+      m.status = status.ok() ? *status : TrialStatus::kError;
+      bool ok = absl::SimpleAtod(f[3], &m.median_ns) && absl::SimpleAtod(f[4], &m.min_ns) &&
+                absl::SimpleAtod(f[5], &m.max_ns) && absl::SimpleAtoi(f[6], &m.reps);
+      if (!ok) m.status = TrialStatus::kError;
+      m.error = f[7];
+      return m;
+    }
+  }
+  if (timed_out) {
+    Kill();
+    m.status = TrialStatus::kTimedOut;
+    m.error = absl::StrCat("no result within ", timeout_, " s; worker killed");
+  } else {
+    m.status = TrialStatus::kCrashed;
+    m.error = ExitReason();
+  }
+  return m;
+}
+
+// ---- The worker's side ------------------------------------------------------
+
+namespace {
+
+class LineReader {
+ public:
+  explicit LineReader(int fd) : fd_(fd) {}
+  bool Next(std::string* line) {
+    for (;;) {
+      size_t nl = buffer_.find('\n');
+      if (nl != std::string::npos) {
+        *line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        return true;
+      }
+      char buf[4096];
+      ssize_t n = read(fd_, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      buffer_.append(buf, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  int fd_;
+  std::string buffer_;
+};
+
+std::string OneLine(absl::string_view s) {
+  std::string out(s);
+  std::replace(out.begin(), out.end(), '\t', ' ');
+  std::replace(out.begin(), out.end(), '\n', ' ');
+  return out;
+}
+
+// Inputs smaller than this are rotated among several buffers.
+constexpr size_t kRotateBelowBytes = size_t{64} << 20;
+
+double Nanos(Clock::duration d) { return std::chrono::duration<double, std::nano>(d).count(); }
+
+Measurement MeasureHere(const Kernel& kernel, const Config& config, int reps, const WorkerJob& job,
+                        std::vector<std::unique_ptr<Problem>>& problems) {
+  Measurement m;
+  RunOptions run_options;
+  run_options.num_threads = job.threads;
+  Workspace workspace;
+  run_options.workspace = &workspace;
+  Problem& first = *problems[0];
+  if (absl::Status s = kernel.Check(config, first.args()); !s.ok()) {
+    m.status = TrialStatus::kIllegal;
+    m.error = std::string(s.message());
+    return m;
+  }
+  // The checked run: poisoned outputs, then the reference. Its time is the
+  // first sample.
+  first.PoisonOutputs();
+  auto t0 = Clock::now();
+  absl::Status s = kernel.Run(config, first.args(), run_options);
+  auto t1 = Clock::now();
+  if (!s.ok()) {
+    m.error = std::string(s.message());
+    return m;
+  }
+  if (absl::Status c = first.CheckOutputs(); !c.ok()) {
+    m.status = TrialStatus::kWrongResult;
+    m.error = std::string(c.message());
+    return m;
+  }
+  std::vector<double> times;
+  if (reps <= 1) {
+    times.push_back(Nanos(t1 - t0));
+  } else {
+    size_t turn = 0;
+    for (int i = 0; i < job.warmup; ++i) {
+      (void)kernel.Run(config, problems[turn++ % problems.size()]->args(), run_options);
+    }
+    const auto start = Clock::now();
+    for (int i = 0; i < reps; ++i) {
+      const void* args = problems[turn++ % problems.size()]->args();
+      t0 = Clock::now();
+      s = kernel.Run(config, args, run_options);
+      t1 = Clock::now();
+      if (!s.ok()) {
+        m.error = std::string(s.message());
+        return m;
+      }
+      times.push_back(Nanos(t1 - t0));
+      // A time cap, but never fewer than 3 samples.
+      if (i >= 2 && std::chrono::duration<double>(t1 - start).count() > job.max_seconds_per_run) break;
+    }
+  }
+  std::sort(times.begin(), times.end());
+  const size_t n = times.size();
+  m.status = TrialStatus::kOk;
+  m.median_ns = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  m.min_ns = times.front();
+  m.max_ns = times.back();
+  m.reps = static_cast<int>(n);
+  return m;
+}
+
+}  // namespace
+
+int WorkerMain(int in_fd, int out_fd) {
+  LineReader in(in_fd);
+  std::string line;
+  auto fatal = [&](absl::string_view why) {
+    WriteAll(out_fd, absl::StrCat("fatal\t", OneLine(why), "\n"));
+    return 1;
+  };
+  if (!in.Next(&line)) return 1;
+  absl::StatusOr<WorkerJob> job = WorkerJob::Parse(line);
+  if (!job.ok()) return fatal(job.status().message());
+  Registry registry;
+  for (const std::string& plugin : job->plugins) {
+    if (absl::Status s = registry.LoadPlugin(plugin); !s.ok()) return fatal(s.message());
+  }
+  const OpInfo* op = FindOp(job->op);
+  if (op == nullptr) return fatal(absl::StrCat("unknown op '", job->op, "'"));
+  ProblemOptions options;
+  options.dtype = job->dtype;
+  options.dist = job->dist;
+  options.seed = job->seed;
+  for (const auto& [name, path] : job->input_files) {
+    absl::StatusOr<Tensor> t = ReadNpy(path);
+    if (!t.ok()) return fatal(t.status().message());
+    options.inputs[name] = *std::move(t);
+  }
+  std::vector<std::unique_ptr<Problem>> problems;
+  absl::StatusOr<std::unique_ptr<Problem>> first = op->make_problem(job->dims, options);
+  if (!first.ok()) return fatal(first.status().message());
+  size_t bytes = 0;
+  for (const auto& [name, t] : (*first)->inputs()) bytes += t->nbytes();
+  problems.push_back(*std::move(first));
+  // Fresh random inputs to rotate through; the user's own data is used as is.
+  const size_t buffers = options.inputs.empty() && bytes > 0
+                             ? std::clamp<size_t>(kRotateBelowBytes / bytes, 1, 8) : 1;
+  for (size_t i = 1; i < buffers; ++i) {
+    options.seed = job->seed + i;
+    absl::StatusOr<std::unique_ptr<Problem>> p = op->make_problem(job->dims, options);
+    if (!p.ok()) return fatal(p.status().message());
+    problems.push_back(*std::move(p));
+  }
+
+  while (in.Next(&line)) {
+    std::vector<std::string> f = absl::StrSplit(line, '\t');
+    int reps = 0;
+    if (f.size() < 4 || f[0] != "run" || !absl::SimpleAtoi(f[3], &reps)) return fatal("bad run line");
+    WriteAll(out_fd, absl::StrCat("start\t", f[1], "\n"));
+    Measurement m;
+    absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry.Get(f[2]);
+    Params params;
+    for (size_t i = 4; i < f.size(); ++i) {
+      std::pair<std::string, std::string> kv = absl::StrSplit(f[i], absl::MaxSplits('=', 1));
+      params.push_back(std::move(kv));
+    }
+    if (!kernel.ok()) {
+      m.error = std::string(kernel.status().message());
+    } else if (absl::StatusOr<Config> config = (*kernel)->ParseConfig(params); !config.ok()) {
+      m.status = TrialStatus::kIllegal;
+      m.error = std::string(config.status().message());
+    } else {
+      m = MeasureHere(**kernel, *config, reps, *job, problems);
+    }
+    WriteAll(out_fd, absl::StrCat("done\t", f[1], "\t", TrialStatusName(m.status), "\t", m.median_ns, "\t",
+                                  m.min_ns, "\t", m.max_ns, "\t", m.reps, "\t", OneLine(m.error), "\n"));
+  }
+  return 0;
+}
+
+}  // namespace kreg
