@@ -131,6 +131,7 @@ SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& opt
   SearchResult result;
   const auto start = Clock::now();
   auto spent = [&] {
+    if (options.stop != nullptr && options.stop->load()) return true;
     return options.budget_seconds > 0 &&
            std::chrono::duration<double>(Clock::now() - start).count() >= options.budget_seconds;
   };
@@ -166,7 +167,7 @@ SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& opt
     for (;;) {
       for (size_t i : alive) {
         if (reps_of[i] >= reps && !last[i].ok()) continue;
-        if (spent() && reps > 1) break;
+        if (spent() && !result.measured.empty()) break;
         run(i, reps);
       }
       std::vector<size_t> ok;
@@ -176,7 +177,8 @@ SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& opt
       std::sort(ok.begin(), ok.end(), [&](size_t a, size_t b) { return last[a].median_ns < last[b].median_ns; });
       if (reps >= options.reps || ok.size() <= 1 || spent()) {
         // Measure the winner fully if it is not already.
-        if (!ok.empty() && reps < options.reps) run(ok.front(), options.reps);
+        const bool stopped = options.stop != nullptr && options.stop->load();
+        if (!ok.empty() && reps < options.reps && !stopped) run(ok.front(), options.reps);
         break;
       }
       ok.resize(std::max<size_t>(1, (ok.size() + rate - 1) / rate));

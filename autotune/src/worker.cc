@@ -112,8 +112,15 @@ absl::Status IsolatedRunner::Spawn() {
   std::vector<char*> argv;
   for (std::string& a : command_) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // Its own process group: a Ctrl-C at the terminal stops the tuner, which
+  // then stops the worker, rather than killing a candidate mid-run.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  int rc = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   close(in[0]);
   close(out[1]);

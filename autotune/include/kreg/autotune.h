@@ -12,6 +12,7 @@
 #ifndef KREG_AUTOTUNE_AUTOTUNE_H_
 #define KREG_AUTOTUNE_AUTOTUNE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -58,6 +59,7 @@ struct SearchOptions {
   size_t random_samples = 0;  // random: candidates to draw (0: a quarter)
   int halving_rate = 4;       // halving: keep 1 of every `rate` per round
   uint64_t seed = 1;
+  const std::atomic<bool>* stop = nullptr;  // set: finish the current candidate, then stop
 };
 
 // measure(i, reps) measures candidate i with `reps` timed runs.
