@@ -3,7 +3,8 @@
 # Sourced by demo.sh and test.sh; safe to run again.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libabsl-dev libtbb-dev libdlpack-dev
-      libgtest-dev libgmock-dev libbenchmark-dev libfaiss-dev)
+      libgtest-dev libgmock-dev libbenchmark-dev libfaiss-dev
+      libprotobuf-dev protobuf-compiler)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -22,19 +22,8 @@
 #include "kreg/ops.h"
 #include "kreg/registry.h"
 #include "kreg/worker.h"
+#include "tools/cli.h"
 #include "tools/json.h"
-
-// A flag that may be given many times (--param a=1 --param b=2). main()
-// gathers the occurrences into one value joined by '\x1f' before Abseil
-// parses the command line.
-struct Repeated {
-  std::vector<std::string> items;
-};
-bool AbslParseFlag(absl::string_view text, Repeated* out, std::string*) {
-  out->items = absl::StrSplit(text, '\x1f', absl::SkipEmpty());
-  return true;
-}
-std::string AbslUnparseFlag(const Repeated& r) { return absl::StrJoin(r.items, "\x1f"); }
 
 ABSL_FLAG(std::string, plugin_path, "",
           "colon-separated plugin files or folders, searched before KREG_PLUGIN_PATH and the "
@@ -51,11 +40,15 @@ ABSL_FLAG(int, warmup, 3, "untimed runs before timing");
 ABSL_FLAG(int, reps, 10, "timed runs");
 ABSL_FLAG(bool, check, false, "check the outputs against the op's reference");
 ABSL_FLAG(int, threads, 0, "threads per kernel run (0: all cores)");
+ABSL_FLAG(std::string, db, "", "tuning database file (binary; text if it ends in .txtpb)");
+ABSL_FLAG(std::string, variants, "", "tune: comma-separated variants to search (default: all available)");
+ABSL_FLAG(std::string, strategy, "halving", "tune: exhaustive, random or halving");
+ABSL_FLAG(double, budget, 0, "tune: seconds per problem for random and halving (0: no limit)");
+ABSL_FLAG(double, timeout, 30, "tune: seconds one candidate may take before it is killed");
+ABSL_FLAG(int, max_list_len, 2, "tune: longest list drawn for list parameters (m_schedule)");
+ABSL_FLAG(std::string, data_class, "", "tune, query: a feature of the data kept in the key (e.g. dist=ties)");
 
 namespace kreg {
-namespace {
-
-using Args = std::vector<char*>;  // positional arguments after the subcommand
 
 absl::StatusOr<std::unique_ptr<Registry>> LoadRegistry() {
   LoadOptions options;
@@ -68,6 +61,44 @@ absl::StatusOr<std::unique_ptr<Registry>> LoadRegistry() {
   }
   return registry;
 }
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Pairs(const Repeated& flag,
+                                                                       absl::string_view what) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& item : flag.items) {
+    size_t eq = item.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == item.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("--", what, " '", item, "': expected NAME=VALUE"));
+    }
+    out.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+  }
+  return out;
+}
+
+absl::StatusOr<ProblemOptions> ProblemOptionsFromFlags(std::vector<std::pair<std::string, std::string>>* files) {
+  ProblemOptions options;
+  absl::StatusOr<DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok() || *dtype == DType::kI32) {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype '", absl::GetFlag(FLAGS_dtype), "': expected f32 or bf16"));
+  }
+  options.dtype = *dtype;
+  absl::StatusOr<Dist> dist = ParseDist(absl::GetFlag(FLAGS_dist));
+  if (!dist.ok()) return absl::InvalidArgumentError(absl::StrCat("--dist: ", dist.status().message()));
+  options.dist = *dist;
+  options.seed = absl::GetFlag(FLAGS_seed);
+  auto inputs = Pairs(absl::GetFlag(FLAGS_input), "input");
+  if (!inputs.ok()) return inputs.status();
+  for (const auto& [input_name, file] : *inputs) {
+    absl::StatusOr<Tensor> t = ReadNpy(file);
+    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("--input ", input_name, ": ", t.status().message()));
+    if (input_name == "input" && t->dtype() != DType::kI32) options.dtype = t->dtype();
+    options.inputs[input_name] = *std::move(t);
+  }
+  if (files != nullptr) *files = *inputs;
+  return options;
+}
+
+namespace {
 
 std::string ParamKind(const kreg_param_desc& p) {
   switch (p.kind) {
@@ -142,67 +173,53 @@ absl::Status List(const Args& args) {
   return absl::OkStatus();
 }
 
-// NAME=VALUE pairs from a repeated flag.
-absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Pairs(const Repeated& flag,
-                                                                       absl::string_view what) {
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const std::string& item : flag.items) {
-    size_t eq = item.find('=');
-    if (eq == 0 || eq == std::string::npos || eq + 1 == item.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("--", what, " '", item, "': expected NAME=VALUE"));
-    }
-    out.emplace_back(item.substr(0, eq), item.substr(eq + 1));
-  }
-  return out;
-}
-
 absl::Status Run(const Args& args) {
   if (args.size() != 1) {
     return absl::InvalidArgumentError("run takes one kernel, e.g. kreg run topk/sort --dims batch=8,n=1000,k=10");
   }
   std::string name = args[0];
-  if (name.find('/') == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not OP/VARIANT (e.g. topk/sort)"));
+  const bool from_table = name.find('/') == std::string::npos;
+  if (from_table && absl::GetFlag(FLAGS_db).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not OP/VARIANT (e.g. topk/sort); "
+                                                   "give --db FILE to let a tuning table choose"));
   }
   const OpInfo* op = FindOp(name.substr(0, name.find('/')));
   if (op == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("unknown op '", name.substr(0, name.find('/')), "'"));
   }
-  ProblemOptions options;
-  absl::StatusOr<DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
-  if (!dtype.ok() || *dtype == DType::kI32) {
-    return absl::InvalidArgumentError(absl::StrCat("--dtype '", absl::GetFlag(FLAGS_dtype), "': expected f32 or bf16"));
-  }
-  options.dtype = *dtype;
-  absl::StatusOr<Dist> dist = ParseDist(absl::GetFlag(FLAGS_dist));
-  if (!dist.ok()) return absl::InvalidArgumentError(absl::StrCat("--dist: ", dist.status().message()));
-  options.dist = *dist;
-  options.seed = absl::GetFlag(FLAGS_seed);
+  absl::StatusOr<ProblemOptions> problem_options = ProblemOptionsFromFlags(nullptr);
+  if (!problem_options.ok()) return problem_options.status();
+  ProblemOptions& options = *problem_options;
   const int warmup = absl::GetFlag(FLAGS_warmup), reps = absl::GetFlag(FLAGS_reps);
   if (warmup < 0 || reps < 1) return absl::InvalidArgumentError("--warmup must be >= 0 and --reps >= 1");
   if (absl::GetFlag(FLAGS_dims).items.size() > 1) return absl::InvalidArgumentError("run takes one --dims");
   absl::StatusOr<Dims> dims = ParseDims(absl::StrJoin(absl::GetFlag(FLAGS_dims).items, ","));
   if (!dims.ok()) return absl::InvalidArgumentError(absl::StrCat("--dims: ", dims.status().message()));
-  auto inputs = Pairs(absl::GetFlag(FLAGS_input), "input");
-  if (!inputs.ok()) return inputs.status();
-  for (const auto& [input_name, file] : *inputs) {
-    absl::StatusOr<Tensor> t = ReadNpy(file);
-    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("--input ", input_name, ": ", t.status().message()));
-    if (input_name == "input" && t->dtype() != DType::kI32) options.dtype = t->dtype();
-    options.inputs[input_name] = *std::move(t);
-  }
   auto params = Pairs(absl::GetFlag(FLAGS_param), "param");
   if (!params.ok()) return params.status();
 
   absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry();
   if (!registry.ok()) return registry.status();
-  absl::StatusOr<std::shared_ptr<const Kernel>> kernel = (*registry)->Get(name);
-  if (!kernel.ok()) return kernel.status();
-  absl::StatusOr<Config> config = (*kernel)->ParseConfig(*params);
-  if (!config.ok()) return config.status();
   absl::StatusOr<std::unique_ptr<Problem>> problem = op->make_problem(*dims, options);
   if (!problem.ok()) return problem.status();
   Problem& p = **problem;
+  absl::StatusOr<std::shared_ptr<const Kernel>> kernel;
+  absl::StatusOr<Config> config;
+  std::string chosen_by;
+  if (from_table) {
+    if (!params->empty()) return absl::InvalidArgumentError("--param applies to OP/VARIANT, not to a table's choice");
+    absl::StatusOr<TableChoice> choice = ChooseFromTable(*op, **registry, p.args());
+    if (!choice.ok()) return choice.status();
+    kernel = choice->kernel;
+    config = choice->config;
+    chosen_by = choice->how;
+    name = (*kernel)->name();
+  } else {
+    kernel = (*registry)->Get(name);
+    if (!kernel.ok()) return kernel.status();
+    config = (*kernel)->ParseConfig(*params);
+    if (!config.ok()) return config.status();
+  }
 
   RunOptions run_options;
   run_options.num_threads = absl::GetFlag(FLAGS_threads);
@@ -250,13 +267,15 @@ absl::Status Run(const Args& args) {
     std::cout << Json::Object().Set("kernel", name).Set("version", static_cast<int64_t>((*kernel)->version()))
                      .Set("dtype", std::string(DTypeName(options.dtype))).Set("dims", std::move(dims_json))
                      .Set("params", std::move(params_json)).Set("reps", static_cast<int64_t>(reps))
+                     .Set("chosen_by", chosen_by.empty() ? "user" : chosen_by)
                      .Set("median_ns", median).Set("min_ns", times.front()).Set("max_ns", times.back())
                      .Set("check", check).Dump()
               << "\n";
   } else {
-    std::cout << absl::StrFormat("%s %s %s%s%s  median %.3f us  min %.3f us  max %.3f us  check %s\n", name,
+    std::cout << absl::StrFormat("%s %s %s%s%s  median %.3f us  min %.3f us  max %.3f us  check %s%s\n", name,
                                  DTypeName(options.dtype), dims_text, config_text.empty() ? "" : "  ",
-                                 config_text, median / 1e3, times.front() / 1e3, times.back() / 1e3, check);
+                                 config_text, median / 1e3, times.front() / 1e3, times.back() / 1e3, check,
+                                 chosen_by.empty() ? "" : absl::StrCat("  (chosen by the table: ", chosen_by, ")"));
   }
   if (!check_status.ok()) return absl::DataLossError("check failed: outputs differ from the reference");
   return absl::OkStatus();
@@ -275,10 +294,23 @@ const Command kCommands[] = {
     {"run",
      "kreg run OP/VARIANT --dims NAME=V,... [--dtype f32|bf16] [--param NAME=V]... "
      "[--input NAME=FILE.npy]... [--save_outputs DIR] [--dist normal|uniform|bits|ties] [--seed S] "
-     "[--warmup N] [--reps N] [--threads N] [--check] [--json]",
-     "build inputs, run one kernel, time it, optionally check it", Run,
+     "[--warmup N] [--reps N] [--threads N] [--check] [--json]\n  kreg run OP --db FILE --dims ... [...]",
+     "build inputs, run one kernel (or the one a tuning table picks), time it, optionally check it", Run,
      {"json", "dims", "dtype", "param", "input", "save_outputs", "dist", "seed", "warmup", "reps", "check",
-      "threads"}},
+      "threads", "db", "data_class"}},
+    {"tune",
+     "kreg tune OP --dims NAME=V,... [--dims ...]... --db FILE [--variants a,b] "
+     "[--strategy exhaustive|random|halving] [--budget SECONDS] [--timeout SECONDS] [--reps N] [--warmup N] "
+     "[--dtype ...] [--input NAME=FILE.npy]... [--dist ...] [--seed S] [--threads N] [--max_list_len N] "
+     "[--data_class TEXT] [--json]",
+     "search every variant's parameter space; each result is checkpointed into the table", Tune,
+     {"json", "dims", "dtype", "input", "dist", "seed", "warmup", "reps", "threads", "db", "variants", "strategy",
+      "budget", "timeout", "max_list_len", "data_class"}},
+    {"query", "kreg query OP --dims NAME=V,... [--dims ...]... --db FILE [--dtype f32|bf16] [--data_class TEXT] [--json]",
+     "what the table answers, and whether the match was exact, nearest or default", Query,
+     {"json", "dims", "dtype", "db", "data_class", "dist"}},
+    {"db", "kreg db show FILE | export FILE | merge OUT IN... | diff A B",
+     "read and combine tuning tables (export prints the text format)", Db, {}},
 };
 
 std::string Usage() {
@@ -291,8 +323,10 @@ std::string Usage() {
 
 // Flags this binary defines that were set but do not apply to `command`.
 absl::Status CheckFlagsApply(const Command& command) {
-  static const char* const kOwn[] = {"json", "dims", "dtype", "param", "input", "save_outputs", "dist",
-                                     "seed", "warmup", "reps", "check", "threads"};
+  static const char* const kOwn[] = {"json",  "dims",   "dtype",    "param",    "input",  "save_outputs",
+                                     "dist",  "seed",   "warmup",   "reps",     "check",  "threads",
+                                     "db",    "variants", "strategy", "budget", "timeout", "max_list_len",
+                                     "data_class"};
   for (const char* name : kOwn) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag->CurrentValue() == flag->DefaultValue()) continue;
@@ -364,7 +398,7 @@ int Main(int argc, char** argv) {
     std::cerr << "kreg " << command.name << ": " << status.message() << "\n";
     return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  std::cerr << "kreg: unknown command '" << name << "' (commands: list, run; see kreg help)\n";
+  std::cerr << "kreg: unknown command '" << name << "' (commands: list, run, tune, query, db; see kreg help)\n";
   return 2;
 }
 

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -175,13 +176,14 @@ bool IsolatedRunner::ReadLine(double seconds, std::string* line, bool* timed_out
       buffer_.erase(0, nl + 1);
       return true;
     }
+    if (stop_ != nullptr && stop_->load()) return false;
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     if (left <= 0) {
       *timed_out = true;
       return false;
     }
     pollfd p{from_, POLLIN, 0};
-    int rc = poll(&p, 1, static_cast<int>(std::min(left * 1000 + 1, 3.6e6)));
+    int rc = poll(&p, 1, static_cast<int>(std::min(left * 1000 + 1, 100.0)));
     if (rc < 0 && errno == EINTR) continue;
     if (rc == 0) continue;
     char buf[4096];
@@ -238,7 +240,10 @@ Measurement IsolatedRunner::Measure(const std::string& name, const Params& param
       return m;
     }
   }
-  if (timed_out) {
+  if (stop_ != nullptr && stop_->load()) {
+    Kill();
+    m.error = "interrupted";
+  } else if (timed_out) {
     Kill();
     m.status = TrialStatus::kTimedOut;
     m.error = absl::StrCat("no result within ", timeout_, " s; worker killed");
@@ -353,6 +358,10 @@ Measurement MeasureHere(const Kernel& kernel, const Config& config, int reps, co
 }  // namespace
 
 int WorkerMain(int in_fd, int out_fd) {
+  // Die with the tuner, even if it is killed outright.
+  const pid_t parent = getppid();
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) return 1;
   LineReader in(in_fd);
   std::string line;
   auto fatal = [&](absl::string_view why) {

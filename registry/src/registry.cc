@@ -209,13 +209,12 @@ std::string IsaString(uint32_t bits) {
 
 Config::Config(std::vector<ParamValue> values) : values_(std::move(values)) {}
 
-const kreg_config* Config::abi() const {
-  abi_values_.resize(values_.size());
+Config::AbiView::AbiView(const Config& config) : values_(config.values().size()) {
   for (size_t i = 0; i < values_.size(); ++i) {
-    abi_values_[i] = {values_[i].value, values_[i].list.data(), values_[i].list.size()};
+    const ParamValue& v = config.values()[i];
+    values_[i] = {v.value, v.list.data(), v.list.size()};
   }
-  abi_ = {sizeof(kreg_config), abi_values_.data(), abi_values_.size()};
-  return &abi_;
+  config_ = {sizeof(kreg_config), values_.data(), values_.size()};
 }
 
 void Workspace::Free::operator()(void* p) const { std::free(p); }
@@ -343,7 +342,7 @@ absl::Status Kernel::Check(const Config& config, const void* args) const {
   }
   if (desc_->check == nullptr) return absl::OkStatus();
   char msg[512] = "";
-  kreg_status code = desc_->check(config.abi(), args, msg, sizeof msg);
+  kreg_status code = desc_->check(Config::AbiView(config).get(), args, msg, sizeof msg);
   if (code == KREG_OK) return absl::OkStatus();
   msg[sizeof msg - 1] = '\0';
   return FromAbi(code, absl::StrCat(name_, " [", ConfigString(config), "]: ", msg));
@@ -362,8 +361,9 @@ absl::Status Kernel::Run(const Config& config, const void* args,
   if (absl::Status s = Check(config, args); !s.ok()) return s;
   char msg[512] = "";
   size_t bytes = 0;
+  const Config::AbiView abi(config);
   if (desc_->workspace_bytes != nullptr) {
-    kreg_status code = desc_->workspace_bytes(config.abi(), args, &bytes, msg, sizeof msg);
+    kreg_status code = desc_->workspace_bytes(abi.get(), args, &bytes, msg, sizeof msg);
     msg[sizeof msg - 1] = '\0';
     if (code != KREG_OK) return FromAbi(code, absl::StrCat(name_, ": ", msg));
   }
@@ -383,7 +383,7 @@ absl::Status Kernel::Run(const Config& config, const void* args,
     host.cancelled = PollCancel;
   }
   kreg_status code;
-  auto run = [&] { code = desc_->run(config.abi(), args, workspace, bytes, &host, msg, sizeof msg); };
+  auto run = [&] { code = desc_->run(abi.get(), args, workspace, bytes, &host, msg, sizeof msg); };
   if (options.num_threads > 0) {
     // oneTBB plugins run inside the host's arena of that many threads.
     tbb::task_arena arena(options.num_threads);

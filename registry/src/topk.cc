@@ -147,16 +147,13 @@ void ReferenceTopK(const kreg_topk_args& a) {
   });
 }
 
-absl::StatusOr<TopKResult> TopK(const Kernel& kernel, const Config& config,
-                                const Tensor& input, int64_t k, const TopKOptions& options) {
-  if (kernel.op() != "topk") {
-    return absl::InvalidArgumentError(absl::StrCat(kernel.name(), " is not a topk kernel"));
-  }
+absl::StatusOr<kreg_topk_args> PrepareTopK(const Tensor& input, int64_t k, const TopKOptions& options,
+                                           TopKResult* result) {
   if (input.shape().size() != 2) {
     return Bad(absl::StrCat("input must be 2-D [batch, n], got shape ", input.ShapeString()));
   }
   if (k < 0) return Bad(absl::StrCat("k=", k, " is negative"));
-  TopKResult result{Tensor(input.dtype(), {input.dim(0), k}), Tensor(DType::kI32, {input.dim(0), k})};
+  *result = {Tensor(input.dtype(), {input.dim(0), k}), Tensor(DType::kI32, {input.dim(0), k})};
   kreg_topk_args args{};
   args.struct_size = sizeof args;
   args.input = input.dl();
@@ -164,9 +161,20 @@ absl::StatusOr<TopKResult> TopK(const Kernel& kernel, const Config& config,
   args.largest = options.largest;
   args.row_starts = options.row_starts ? options.row_starts->dl() : nullptr;
   args.row_ends = options.row_ends ? options.row_ends->dl() : nullptr;
-  args.values = result.values.dl();
-  args.indices = result.indices.dl();
-  if (absl::Status s = kernel.Run(config, &args, options.run); !s.ok()) return s;
+  args.values = result->values.dl();
+  args.indices = result->indices.dl();
+  return args;
+}
+
+absl::StatusOr<TopKResult> TopK(const Kernel& kernel, const Config& config,
+                                const Tensor& input, int64_t k, const TopKOptions& options) {
+  if (kernel.op() != "topk") {
+    return absl::InvalidArgumentError(absl::StrCat(kernel.name(), " is not a topk kernel"));
+  }
+  TopKResult result;
+  absl::StatusOr<kreg_topk_args> args = PrepareTopK(input, k, options, &result);
+  if (!args.ok()) return args.status();
+  if (absl::Status s = kernel.Run(config, &*args, options.run); !s.ok()) return s;
   return result;
 }
 
@@ -334,6 +342,13 @@ absl::StatusOr<std::unique_ptr<Problem>> MakeTopKProblem(const Dims& dims,
   return problem;
 }
 
+void DescribeTopK(const void* args, DType* dtype, Dims* dims) {
+  const kreg_topk_args& a = *static_cast<const kreg_topk_args*>(args);
+  *dtype = a.input->dtype.code == kDLBfloat ? DType::kBF16 : DType::kF32;
+  *dims = {{"batch", a.input->shape[0]}, {"n", a.input->shape[1]}, {"k", a.k}};
+  if (!a.largest) dims->emplace_back("largest", 0);
+}
+
 }  // namespace
 
 extern const OpInfo kTopKOp;
@@ -344,6 +359,7 @@ const OpInfo kTopKOp = {
     {{"largest", 1}, {"ragged", 0}},
     ValidateTopKArgs,
     MakeTopKProblem,
+    DescribeTopK,
 };
 
 }  // namespace kreg

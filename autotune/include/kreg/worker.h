@@ -20,6 +20,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -66,6 +67,10 @@ class IsolatedRunner {
   // candidate, with its reason.
   Measurement Measure(const std::string& name, const Params& params, int reps);
 
+  // When *stop becomes true, a measurement in flight is abandoned (the
+  // worker killed, kError "interrupted" returned) within about 0.1 s.
+  void set_stop(const std::atomic<bool>* stop) { stop_ = stop; }
+
   // Workers started so far (1 plus one per crash or hang).
   int workers_started() const { return started_; }
 
@@ -79,6 +84,7 @@ class IsolatedRunner {
 
   std::vector<std::string> command_;
   WorkerJob job_;
+  const std::atomic<bool>* stop_ = nullptr;
   double timeout_;
   pid_t pid_ = -1;
   int to_ = -1, from_ = -1;

@@ -75,6 +75,9 @@ struct OpInfo {
   absl::Status (*validate)(const void* args);
   absl::StatusOr<std::unique_ptr<Problem>> (*make_problem)(
       const Dims& dims, const ProblemOptions& options);
+  // The dtype and dims (attributes differing from their defaults included)
+  // of a valid args struct: what a tuning table is keyed by.
+  void (*describe)(const void* args, DType* dtype, Dims* dims);
 };
 
 // nullptr if kreg knows no such op.

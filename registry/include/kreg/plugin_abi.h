@@ -33,8 +33,11 @@
  *               legal, no workspace); `run` may not. Optional tensors in the
  *               argument structs are NULL when absent.
  * Validation.   The host validates shapes, dtypes and strides before calling
- *               `check`, `workspace_bytes` or `run`; a plugin may rely on
- *               the argument contract documented on each args struct.
+ *               `run`; a plugin may rely on the argument contract documented
+ *               on each args struct. `check` and `workspace_bytes` look at
+ *               shapes, dtypes, strides and the config only, never at tensor
+ *               data: the host may call them with shape-only tensors whose
+ *               data pointer must not be read (tuning-table lookups).
  * Threads.      `check` and `workspace_bytes` must be thread-safe. `run` may
  *               be called concurrently on distinct outputs. A plugin may use
  *               threads internally. The host links oneTBB and, when

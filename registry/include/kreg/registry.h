@@ -42,21 +42,30 @@ struct ParamValue {
   bool operator==(const ParamValue&) const = default;
 };
 
-// A configuration of a kernel: one value per parameter, in order.
+// A configuration of a kernel: one value per parameter, in order. A value
+// type; const methods are thread-safe.
 class Config {
  public:
   Config() = default;
   explicit Config(std::vector<ParamValue> values);
   const std::vector<ParamValue>& values() const { return values_; }
   std::vector<ParamValue>& mutable_values() { return values_; }
-  // The ABI view; valid while this Config is alive and unchanged.
-  const kreg_config* abi() const;
   bool operator==(const Config& o) const { return values_ == o.values_; }
+
+  // The ABI view of a Config; valid while both it and the Config live and
+  // the Config is unchanged.
+  class AbiView {
+   public:
+    explicit AbiView(const Config& config);
+    const kreg_config* get() const { return &config_; }
+
+   private:
+    std::vector<kreg_param_value> values_;
+    kreg_config config_;
+  };
 
  private:
   std::vector<ParamValue> values_;
-  mutable std::vector<kreg_param_value> abi_values_;
-  mutable kreg_config abi_{};
 };
 
 // Scratch memory reused across runs (64-byte aligned, grows on demand).

@@ -36,6 +36,11 @@ struct TopKResult {
   Tensor indices;  // [batch, k], int32
 };
 
+// Allocates `result` for `input` [batch, n] and k, and returns the args
+// struct pointing at them (and at options' row ranges).
+absl::StatusOr<kreg_topk_args> PrepareTopK(const Tensor& input, int64_t k, const TopKOptions& options,
+                                           TopKResult* result);
+
 // Runs `kernel` (an op "topk" kernel) with `config` on `input` [batch, n].
 absl::StatusOr<TopKResult> TopK(const Kernel& kernel, const Config& config,
                                 const Tensor& input, int64_t k,

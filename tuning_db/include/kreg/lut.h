@@ -1,0 +1,284 @@
+// kreg's tuning database (the LUT): what the autotuner measured, kept per
+// (problem, variant, configuration), and the run-time lookup that answers
+// "which variant and which parameters for this op, dtype and shape on this
+// machine?". The schema is kreg/kreg_tuning.pb.h (tuning_db/kreg_tuning.proto).
+//
+//   TuningDb  the data: load, save (atomic; merged under a file lock), record
+//             trials, merge, diff, print. A value type: copyable and movable.
+//   Lut       an immutable index of a TuningDb resolved against a Registry's
+//             loaded kernels, built once and queried many times.
+//
+// Files. Binary protobuf, or text format when the path ends in .txtpb,
+// .textproto or .pbtxt (Save chooses by extension). Load accepts either
+// format under any name: it parses binary first (text first for a text
+// extension) and then the other. A file must carry a schema_version in
+// [1, kSchemaVersion]; a binary file must end with the entry_count trailer, so
+// one cut short anywhere is refused (a text file, which people may write by
+// hand, is checked against its trailer only when it has one). Errors: NotFound for a missing file;
+// DataLoss naming the file for an empty, corrupt, truncated or foreign one (random bytes, JSON,
+// .npy) or one written by a newer kreg; the errno's code for other I/O failures. Saving writes a
+// temporary file beside the target, fsyncs it, renames it over the target and fsyncs the folder,
+// under an exclusive flock(2) on `path + ".lock"` (left in place: removing a lock file races with
+// its next user). A failed save leaves the previous file intact; a temporary file left by a writer
+// killed mid-save is removed by the next.
+//
+// Ownership. TuningDb owns its protobuf. A Lut owns copies of what it needs
+// and keeps the kernels it answers with loaded (std::shared_ptr), so it
+// outlives both the TuningDb and the Registry it was built from. A LutAnswer
+// points into its Lut and is valid while that Lut lives.
+//
+// Thread-safety. TuningDb: const methods may run concurrently; anything else
+// needs external synchronisation. Separate processes may SaveMerged one file
+// concurrently and lose nothing. Lut: immutable after Build; Query is
+// thread-safe.
+#ifndef KREG_TUNING_DB_LUT_H_
+#define KREG_TUNING_DB_LUT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kreg/kreg_tuning.pb.h"
+#include "kreg/ops.h"
+#include "kreg/registry.h"
+#include "kreg/tensor.h"
+
+namespace kreg {
+
+// The newest schema_version this kreg reads; the one it writes.
+inline constexpr uint32_t kSchemaVersion = 1;
+
+// ---- Machines ---------------------------------------------------------------
+
+// This machine: CPU model, the ISA bits kreg sees (CpuIsa(), so honouring
+// KREG_ISA_MASK), logical cores, and their fingerprint id. Computed once.
+const tuning::Machine& ThisMachine();
+
+// The stable id of a machine's fields (see Machine.id in the schema).
+std::string FingerprintId(const tuning::Machine& machine);
+
+// ---- Keys and configurations -------------------------------------------------
+
+// The canonical order of `dims` for `op`: the op's dims in its order, then its
+// attributes in its order, omitting attributes equal to their defaults, then
+// names the op does not know, as given. An op kreg does not know keeps `dims`
+// as given.
+Dims CanonicalDims(absl::string_view op, const Dims& dims);
+
+// A problem key with canonical dims.
+tuning::ProblemKey MakeProblemKey(absl::string_view op, DType dtype, const Dims& dims,
+                                  absl::string_view machine_id, absl::string_view data_class = {});
+
+Dims KeyDims(const tuning::ProblemKey& key);
+
+// "topk f32 batch=8,n=1000,k=10 @0123456789abcdef", with " [dist=ties]"
+// before the "@" when the key has a data class.
+std::string KeyString(const tuning::ProblemKey& key);
+
+// A kernel configuration by parameter name, in the kernel's parameter order;
+// choices by name.
+tuning::Config ToProtoConfig(const Kernel& kernel, const Config& config);
+
+// The kernel's Config for a stored one. InvalidArgument naming the parameter
+// when a parameter is missing, unknown, of the wrong kind, or holds a value
+// (or list element, or choice name) the kernel does not declare, or when an
+// integer list is not increasing.
+absl::StatusOr<Config> FromProtoConfig(const Kernel& kernel, const tuning::Config& config);
+
+// "num_blocks=128 m_schedule=5,8,12 stage2=partial_sort"; "" for none.
+std::string ConfigText(const tuning::Config& config);
+
+// ---- The database -------------------------------------------------------------
+
+enum class FileFormat { kBinary, kText };
+
+// kText for a path ending in .txtpb, .textproto or .pbtxt; else kBinary.
+FileFormat FormatForPath(absl::string_view path);
+
+struct SaveOptions {
+  // Keep only each entry's best and runner_up, not every trial: a slim table
+  // for lookup only (a later sweep then re-measures the rest).
+  bool winners_only = false;
+};
+
+class TuningDb {
+ public:
+  // An empty database of the current schema.
+  TuningDb();
+
+  // Reads `path` (binary or text; see the file comment).
+  static absl::StatusOr<TuningDb> Load(const std::string& path);
+  // Parses file contents; `name` is the file named in errors.
+  static absl::StatusOr<TuningDb> Parse(absl::string_view bytes, absl::string_view name);
+  // Adopts a parsed Database. DataLoss for a missing or newer schema_version
+  // or an entry without an op. Keys are canonicalised, entries with the same
+  // key merged (newest measurement of each trial wins), and best/runner_up
+  // recomputed.
+  static absl::StatusOr<TuningDb> FromProto(tuning::Database database);
+
+  // Writes atomically (binary, or text for a text extension).
+  absl::Status Save(const std::string& path, const SaveOptions& options = {}) const;
+
+  // Under the file lock: re-reads `path` if it exists, merges this database
+  // into it (MergeFrom), and saves the result atomically; on success this
+  // database becomes the merged one. A file that exists but cannot be read is
+  // an error (DataLoss if corrupt) and is left untouched.
+  absl::Status SaveMerged(const std::string& path);
+
+  // ---- Recording
+  // Adds or replaces (by id) a machine; an empty id is filled in.
+  void AddMachine(tuning::Machine machine);
+  // Records a measurement under `key`, replacing the trial with the same
+  // (variant, variant_version, config) if any, and updates best/runner_up.
+  void AddTrial(const tuning::ProblemKey& key, const tuning::Trial& trial);
+  // Stamps how `key` was tuned (creates the entry if needed).
+  void SetTuningInfo(const tuning::ProblemKey& key, absl::string_view tool_version,
+                     absl::string_view strategy, int64_t tuned_at);
+  // The recorded trial of (variant, version, config) for `key`, or nullptr:
+  // what a resumed sweep skips. Valid until this database is next modified.
+  const tuning::Trial* FindTrial(const tuning::ProblemKey& key, absl::string_view variant,
+                                 uint32_t variant_version, const tuning::Config& config) const;
+  // The entry for `key`, or nullptr. Valid until this database is modified.
+  const tuning::Entry* FindEntry(const tuning::ProblemKey& key) const;
+  // Removes trials whose variant is registered in `registry` with another
+  // version (trials of variants not registered there are kept, their plugin
+  // may just not be loaded). Returns how many were removed.
+  int DropStale(const Registry& registry);
+
+  // ---- Combining
+  // Union of machines and entries; per key the union of trials, keeping the
+  // newer measurement (measured_at; a tie goes to `other`) of the same
+  // (variant, variant_version, config); best/runner_up recomputed; the
+  // entry's tool_version/strategy/tuned_at from whichever was tuned later.
+  void MergeFrom(const TuningDb& other);
+  static TuningDb Merge(const TuningDb& a, const TuningDb& b);
+  // One line per difference: "only in a: KEY", "only in b: KEY", and
+  // "differs: KEY: a=WINNER b=WINNER" where the best variant, version or
+  // configuration differ. "" when the winners agree everywhere.
+  static std::string Diff(const TuningDb& a, const TuningDb& b);
+
+  // ---- Reading
+  // The database. Each entry's `trials` holds every known trial (a slim
+  // file's best and runner_up are folded in on load); best and runner_up
+  // are the two fastest OK trials (lowest median_ns; ties by variant, then
+  // configuration).
+  const tuning::Database& proto() const { return db_; }
+  size_t size() const { return static_cast<size_t>(db_.entries_size()); }
+  // Protobuf text format.
+  std::string ToText() const;
+  // One line per entry, sorted: "KEY -> variant vN params  median (runner-up
+  // variant median, T trials)".
+  std::string Summary() const;
+
+ private:
+  struct EntryIndex {
+    absl::flat_hash_map<std::string, int> trials;  // trial id -> index in trials
+    std::vector<std::string> ids;                  // index -> trial id
+    int best = -1, runner_up = -1;                 // indices into trials
+  };
+
+  // Index of the entry for `key` (canonicalised), added if missing; or -1.
+  int FindOrAddEntry(const tuning::ProblemKey& key);
+  int FindEntryIndex(const tuning::ProblemKey& key) const;
+  // Upserts; `keep_newer` keeps an existing trial that was measured later.
+  void PutTrial(int entry, const tuning::Trial& trial, bool keep_newer);
+  void RecomputeWinners(int entry);
+  void SyncWinners(int entry);
+  void Reindex();
+
+  tuning::Database db_;
+  absl::flat_hash_map<std::string, int> entries_;  // key id -> index in entries
+  std::vector<EntryIndex> index_;                  // parallel to db_.entries()
+};
+
+// ---- Lookup ------------------------------------------------------------------
+
+// Where an answer came from.
+enum class Match {
+  kExact,    // a tuned entry for exactly this problem
+  kNearest,  // the nearest tuned problem whose winner is legal for this one
+  kDefault,  // nothing usable was tuned: a default variant, default config
+};
+absl::string_view MatchName(Match match);  // "exact", "nearest", "default"
+
+struct LutAnswer {
+  // The kernel to run ("op/variant" is kernel->name()) and its configuration.
+  // Both owned by the Lut.
+  const Kernel* kernel = nullptr;
+  const Config* config = nullptr;
+  Match match = Match::kDefault;
+  // The tuned problem answered from (exact, nearest); nullptr for default.
+  const Dims* tuned_dims = nullptr;
+  // Its log2 distance from the asked problem: 0 when exact.
+  double distance = 0;
+  // The winning measurement (median, spread); nullptr for default.
+  const tuning::Trial* trial = nullptr;
+  // Entries skipped on the way (stale, illegal for this shape, variant
+  // missing or unavailable), one line each. Empty on a clean exact hit.
+  std::vector<std::string> warnings;
+};
+
+struct LutOptions {
+  // Default variants per op, most preferred first: the first registered,
+  // available one whose default config is legal for the shape wins. Ops not
+  // listed (or none of whose listed variants qualify) take their first such
+  // kernel in name order.
+  std::vector<std::pair<std::string, std::vector<std::string>>> default_variants = {
+      {"topk", {"radix", "sort"}}};
+};
+
+class Lut {
+ public:
+  // Resolves every entry of `db` against `registry`: each entry answers with
+  // its fastest OK trial whose variant is registered at the trial's version,
+  // available on this CPU, and whose config converts and is legal for the
+  // entry's own shape. An entry whose fastest trial is stale (version changed)
+  // is reported in warnings(); it answers from its fastest current trial if
+  // one exists, else it is skipped.
+  static absl::StatusOr<Lut> Build(const TuningDb& db, const Registry& registry,
+                                   const LutOptions& options = {});
+
+  Lut(Lut&&) noexcept;
+  Lut& operator=(Lut&&) noexcept;
+  ~Lut();
+
+  // Exact key first (a hash lookup that allocates nothing unless it must
+  // warn), else the nearest tuned problem of the same op, dtype, machine,
+  // data class and dim names (distance: sum over dims of
+  // |log2(a + 1) - log2(b + 1)|, ties to the earlier entry) whose config is
+  // legal for the asked shape, else the default (LutOptions). Dims may be in
+  // any order; attributes equal to their defaults may be given or left out.
+  // The shape is checked only when the exact lookup misses: InvalidArgument
+  // if no kernel could take it (k > n); NotFound for an op with no kernel in
+  // the registry.
+  //
+  // Legality is asked of the kernel's own check on shape-only arguments:
+  // tensors with the asked shapes and dtype whose data pointer is a sentinel
+  // that must not be read (kreg_kernel.check looks at shapes, not values), and
+  // no row ranges. Ops with no shape-only builder here (all but topk) check
+  // only that the config is one the kernel declares.
+  absl::StatusOr<LutAnswer> Query(absl::string_view op, DType dtype, const Dims& dims,
+                                  absl::string_view machine_id,
+                                  absl::string_view data_class = {}) const;
+
+  // Stale entries (and entries of an unknown dtype) found while building, one
+  // line each.
+  const std::vector<std::string>& warnings() const;
+  // Entries that can answer.
+  size_t size() const;
+
+ private:
+  struct Impl;
+  explicit Lut(std::unique_ptr<const Impl> impl);
+  std::unique_ptr<const Impl> impl_;
+};
+
+}  // namespace kreg
+
+#endif  // KREG_TUNING_DB_LUT_H_

@@ -1,0 +1,124 @@
+#include "file_util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace kreg::internal {
+namespace {
+
+absl::Status Errno(int error, absl::string_view what, absl::string_view path) {
+  return absl::ErrnoToStatus(error, absl::StrCat(what, " ", path));
+}
+
+// (folder, file name) of `path`; folder "." for a bare name.
+std::pair<std::string, std::string> Split(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+std::string TempPrefix(const std::string& path) {
+  auto [dir, name] = Split(path);
+  return absl::StrCat(dir, "/.", name, ".tmp-");
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int error = errno;
+    if (error == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    return Errno(error, "cannot open", path);
+  }
+  std::string contents;
+  char buf[1 << 16];
+  while (true) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int error = errno;
+      close(fd);
+      return Errno(error, "cannot read", path);
+    }
+    if (n == 0) break;
+    contents.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return contents;
+}
+
+absl::Status AtomicWrite(const std::string& path, absl::string_view contents) {
+  auto [dir, name] = Split(path);
+  std::string temp = TempPrefix(path) + "XXXXXX";
+  int fd = mkostemp(temp.data(), O_CLOEXEC);
+  if (fd < 0) return Errno(errno, "cannot create a temporary file for", path);
+  auto fail = [&](absl::string_view what) {
+    absl::Status status = Errno(errno, what, path);
+    if (fd >= 0) close(fd);
+    unlink(temp.c_str());
+    return status;
+  };
+  struct stat st;
+  mode_t mode = stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644;
+  if (fchmod(fd, mode) != 0) return fail("cannot set the mode of the temporary file for");
+  for (size_t done = 0; done < contents.size();) {
+    ssize_t n = write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail("cannot write");
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0) return fail("cannot fsync");
+  int closed = close(fd);
+  fd = -1;
+  if (closed != 0) return fail("cannot close");
+  if (rename(temp.c_str(), path.c_str()) != 0) return fail("cannot rename a temporary file onto");
+  // The rename is durable once the folder is; some file systems cannot fsync
+  // a folder (EINVAL), which is no error of ours.
+  int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return Errno(errno, "cannot open the folder of", path);
+  int synced = fsync(dir_fd);
+  int error = errno;
+  close(dir_fd);
+  if (synced != 0 && error != EINVAL) return Errno(error, "cannot fsync the folder of", path);
+  return absl::OkStatus();
+}
+
+void RemoveStaleTemporaries(const std::string& path) {
+  auto [dir, name] = Split(path);
+  std::string prefix = absl::StrCat(".", name, ".tmp-");
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (const dirent* e = readdir(d)) {
+    if (absl::StartsWith(e->d_name, prefix)) unlink(absl::StrCat(dir, "/", e->d_name).c_str());
+  }
+  closedir(d);
+}
+
+absl::StatusOr<FileLock> FileLock::Acquire(const std::string& path) {
+  std::string lock_path = path + ".lock";
+  int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno(errno, "cannot open the lock file", lock_path);
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    int error = errno;
+    close(fd);
+    return Errno(error, "cannot lock", lock_path);
+  }
+  return FileLock(fd);
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) close(fd_);  // releases the lock
+}
+
+}  // namespace kreg::internal

@@ -1,0 +1,48 @@
+// File primitives of the tuning database (internal): whole-file reads,
+// atomic replacement, and an exclusive advisory lock.
+//
+// Thread-safety: the functions are thread-safe; a FileLock is owned by one
+// thread.
+#ifndef KREG_TUNING_DB_SRC_FILE_UTIL_H_
+#define KREG_TUNING_DB_SRC_FILE_UTIL_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace kreg::internal {
+
+// The contents of `path`. NotFound if it does not exist; the errno's code
+// naming the file otherwise.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// Replaces `path` with `contents` atomically: a temporary file in the same
+// folder (".NAME.tmp-XXXXXX"), fsync, rename over `path`, fsync the folder.
+// The file keeps the mode of the one it replaces (0644 when new). On error
+// the temporary file is removed and `path` is untouched.
+absl::Status AtomicWrite(const std::string& path, absl::string_view contents);
+
+// Removes temporary files AtomicWrite left beside `path` when its process was
+// killed mid-write. REQUIRES: the caller holds `path`'s FileLock.
+void RemoveStaleTemporaries(const std::string& path);
+
+// An exclusive flock(2) on `path + ".lock"` (created if needed), held until
+// destruction. Blocks until the lock is free.
+class FileLock {
+ public:
+  static absl::StatusOr<FileLock> Acquire(const std::string& path);
+  FileLock(FileLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  FileLock& operator=(FileLock&&) = delete;
+  FileLock(const FileLock&) = delete;
+  ~FileLock();
+
+ private:
+  explicit FileLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+}  // namespace kreg::internal
+
+#endif  // KREG_TUNING_DB_SRC_FILE_UTIL_H_

@@ -1,0 +1,786 @@
+// Lut: a TuningDb resolved against a registry's kernels and indexed for
+// run-time queries.
+//
+// Exact lookups hash the asked key's fields in place (dims combined
+// order-independently, attributes at their defaults skipped) into a
+// flat_hash_map of entry indices, then compare fields: no allocation.
+// Entry keys live in compact arrays with their strings interned, so a probe
+// touches a few cache lines. Nearest lookups go to the entry's group (op,
+// dtype, machine, data class, dim names): a k-d tree over log2 dims (median
+// splits on the widest axis, leaves of up to 32) searched depth first, nearer child
+// first, skipping any box farther (L1) than the eighth-best entry found.
+#include "kreg/lut.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kreg {
+namespace {
+
+constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+constexpr size_t kCandidates = 8;  // nearest candidates kept per search pass
+constexpr size_t kLeafSize = 32;   // k-d tree leaves hold at most this many entries
+
+// ---- Shape-only arguments ---------------------------------------------------
+
+// Never read: kernels' legality checks look at shapes only. Non-null because
+// validation refuses a non-empty tensor without data.
+alignas(64) unsigned char kNoData[64];
+
+struct ShapeArgs {
+  int64_t input_shape[2];
+  int64_t output_shape[2];
+  DLTensor input, values, indices;
+  kreg_topk_args topk;
+  const void* args = nullptr;
+};
+
+DLTensor ShapeTensor(DType dtype, int64_t* shape) {
+  DLTensor t{};
+  t.data = kNoData;
+  t.device = {kDLCPU, 0};
+  t.ndim = 2;
+  t.dtype = ToDLDataType(dtype);
+  t.shape = shape;
+  return t;
+}
+
+absl::Status TopKShapeArgs(DType dtype, const Dims& dims, ShapeArgs* out) {
+  int64_t batch = -1, n = -1, k = -1, largest = 1;
+  for (const auto& [name, value] : dims) {
+    int64_t* slot = name == "batch"     ? &batch
+                    : name == "n"       ? &n
+                    : name == "k"       ? &k
+                    : name == "largest" ? &largest
+                                        : nullptr;
+    if (name == "ragged") continue;  // row ranges do not change legality
+    if (slot == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("topk has no dim '", name, "'"));
+    }
+    *slot = value;
+  }
+  if (batch < 0 || n < 0 || k < 0) {
+    return absl::InvalidArgumentError("topk needs dims batch, n and k (>= 0)");
+  }
+  out->input_shape[0] = batch;
+  out->input_shape[1] = n;
+  out->output_shape[0] = batch;
+  out->output_shape[1] = k;
+  out->input = ShapeTensor(dtype, out->input_shape);
+  out->values = ShapeTensor(dtype, out->output_shape);
+  out->indices = ShapeTensor(DType::kI32, out->output_shape);
+  out->topk = {};
+  out->topk.struct_size = sizeof(kreg_topk_args);
+  out->topk.input = &out->input;
+  out->topk.k = k;
+  out->topk.largest = largest != 0;
+  out->topk.values = &out->values;
+  out->topk.indices = &out->indices;
+  out->args = &out->topk;
+  return absl::OkStatus();
+}
+
+struct ShapeBuilder {
+  absl::string_view op;
+  absl::Status (*build)(DType dtype, const Dims& dims, ShapeArgs* out);
+};
+const ShapeBuilder kShapeBuilders[] = {{"topk", TopKShapeArgs}};
+
+// Shape-only args for `op` into `out` (out->args stays null for an op with no
+// builder); InvalidArgument when the shape is not one the op takes.
+absl::Status BuildShapeArgs(absl::string_view op, DType dtype, const Dims& dims, ShapeArgs* out) {
+  out->args = nullptr;
+  for (const ShapeBuilder& b : kShapeBuilders) {
+    if (b.op != op) continue;
+    if (absl::Status s = b.build(dtype, dims, out); !s.ok()) return s;
+    if (const OpInfo* info = FindOp(op); info != nullptr) return info->validate(out->args);
+    return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+// Whether `config` is legal for the shape.
+absl::Status Legal(const Kernel& kernel, const Config& config, const ShapeArgs& shape) {
+  if (shape.args == nullptr) return absl::OkStatus();
+  return kernel.Check(config, shape.args);
+}
+
+// ---- Hashing keys in place --------------------------------------------------
+
+uint64_t Load64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+uint64_t Load32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// wyhash's multiply-mix: cheap, and good enough for an in-memory index.
+inline uint64_t Mix(uint64_t a, uint64_t b) {
+  const unsigned __int128 m =
+      static_cast<unsigned __int128>(a ^ 0xa0761d6478bd642full) * (b ^ 0xe7037ed1a0b428dbull);
+  return static_cast<uint64_t>(m) ^ static_cast<uint64_t>(m >> 64);
+}
+
+// Keys are short strings (op, dim names, a 16-digit machine id): hash them
+// with a few overlapping loads, not a call.
+inline uint64_t HashBytes(absl::string_view s) {
+  const char* p = s.data();
+  const size_t n = s.size();
+  uint64_t a = 0, b = 0, h = n;
+  if (n > 16) {
+    for (size_t i = 0; i + 16 < n; i += 16) h = Mix(Load64(p + i) ^ h, Load64(p + i + 8));
+    a = Load64(p + n - 16);
+    b = Load64(p + n - 8);
+  } else if (n >= 8) {
+    a = Load64(p);
+    b = Load64(p + n - 8);
+  } else if (n >= 4) {
+    a = Load32(p);
+    b = Load32(p + n - 4);
+  } else if (n > 0) {
+    a = (uint64_t{static_cast<uint8_t>(p[0])} << 16) |
+        (uint64_t{static_cast<uint8_t>(p[n >> 1])} << 8) | static_cast<uint8_t>(p[n - 1]);
+  }
+  return Mix(a ^ h, b ^ 0x8ebc6af09c88c6e3ull);
+}
+
+// String equality without a call for short strings.
+inline bool Eq(absl::string_view x, absl::string_view y) {
+  const size_t n = x.size();
+  if (n != y.size()) return false;
+  const char* p = x.data();
+  const char* q = y.data();
+  if (n >= 8 && n <= 16) return Load64(p) == Load64(q) && Load64(p + n - 8) == Load64(q + n - 8);
+  if (n >= 4 && n < 8) return Load32(p) == Load32(q) && Load32(p + n - 4) == Load32(q + n - 4);
+  if (n < 4) {
+    for (size_t i = 0; i < n; ++i) {
+      if (p[i] != q[i]) return false;
+    }
+    return true;
+  }
+  return std::memcmp(p, q, n) == 0;
+}
+
+// Whether `dim` is an attribute of `info` at its default value: such dims are
+// not part of a canonical key.
+bool IsDefaultAttribute(const OpInfo* info, const std::pair<std::string, int64_t>& dim) {
+  if (info == nullptr) return false;
+  for (const auto& [name, value] : info->attributes) {
+    if (Eq(name, dim.first)) return value == dim.second;
+  }
+  return false;
+}
+
+struct DimsDigest {
+  uint64_t values = 0;  // order-independent combination of (name, value)
+  uint64_t names = 0;   // order-independent combination of names
+  size_t count = 0;
+};
+
+DimsDigest Digest(const OpInfo* info, const Dims& dims) {
+  DimsDigest d;
+  for (const auto& dim : dims) {
+    if (IsDefaultAttribute(info, dim)) continue;
+    const uint64_t name = HashBytes(dim.first);
+    d.names += name;
+    d.values += Mix(name, static_cast<uint64_t>(dim.second));
+    ++d.count;
+  }
+  return d;
+}
+
+uint64_t KeyHash(absl::string_view op, DType dtype, absl::string_view machine,
+                 absl::string_view data_class, uint64_t dims, size_t count) {
+  uint64_t h = Mix(HashBytes(op), static_cast<uint64_t>(dtype) + 1);
+  h = Mix(h ^ HashBytes(machine), HashBytes(data_class));
+  return Mix(h ^ dims, count);
+}
+
+uint64_t ExactHash(absl::string_view op, DType dtype, absl::string_view machine,
+                   absl::string_view data_class, const DimsDigest& d) {
+  return KeyHash(op, dtype, machine, data_class, d.values, d.count);
+}
+
+uint64_t GroupHash(absl::string_view op, DType dtype, absl::string_view machine,
+                   absl::string_view data_class, const DimsDigest& d) {
+  return KeyHash(op, dtype, machine, data_class, d.names, d.count);
+}
+
+float Log2(int64_t v) { return std::log2(static_cast<float>(std::max<int64_t>(v, 0)) + 1.0f); }
+
+// An item at a distance; ties go to the earlier entry.
+struct Candidate {
+  float dist;
+  uint32_t item;
+  bool operator<(const Candidate& o) const {
+    return dist != o.dist ? dist < o.dist : item < o.item;
+  }
+};
+
+// The best `limit` (<= kCandidates) candidates seen, sorted.
+struct Best {
+  explicit Best(size_t limit) : limit(limit) {}
+  Candidate c[kCandidates];
+  size_t n = 0;
+  size_t limit;
+  float Worst() const { return n < limit ? std::numeric_limits<float>::infinity() : c[n - 1].dist; }
+  void Offer(const Candidate& x) {
+    if (n == limit && !(x < c[n - 1])) return;
+    size_t i = n < limit ? n++ : n - 1;
+    for (; i > 0 && x < c[i - 1]; --i) c[i] = c[i - 1];
+    c[i] = x;
+  }
+};
+
+}  // namespace
+
+// ---- The index -----------------------------------------------------------------
+
+struct Lut::Impl {
+  // What an entry answers with.
+  struct Item {
+    Dims dims;  // canonical
+    std::string key_text;
+    const Kernel* kernel = nullptr;  // nullptr: cannot answer, see `problem`
+    Config config;
+    tuning::Trial trial;
+    std::string problem;
+  };
+  // An entry's key, compact for the exact path: strings interned in
+  // `strings`, dims in `dim_names` / `dim_values` [dims_begin, +dims_count).
+  struct Key {
+    uint32_t op, machine, data_class;
+    DType dtype;
+    uint32_t dims_begin, dims_count;
+  };
+  // The entries sharing op, dtype, machine, data class and dim names, as a
+  // k-d tree over log2 dims for nearest lookups.
+  struct Group {
+    Key key;                      // dims_*: the first item's (for the names)
+    std::vector<uint32_t> names;  // interned dim names, in coordinate order
+    std::vector<uint32_t> items;  // in tree order
+    std::vector<float> coords;    // items.size() x names.size(), tree order
+    struct Node {
+      uint32_t begin, end;  // range of `items`
+      int32_t left = -1, right = -1;
+    };
+    std::vector<Node> nodes;   // nodes[0] is the root
+    std::vector<float> boxes;  // per node: lo[d] then hi[d]
+  };
+  struct OpDefaults {
+    std::string op;
+    std::vector<std::pair<const Kernel*, Config>> kernels;  // most preferred first
+  };
+
+  std::vector<std::shared_ptr<const Kernel>> kernels;  // keeps plugins loaded
+  std::vector<std::string> strings;
+  std::vector<uint32_t> dim_names;
+  std::vector<int64_t> dim_values;
+  std::vector<Key> keys;  // parallel to items
+  std::vector<Item> items;
+  absl::flat_hash_map<uint64_t, uint32_t> exact;  // hash -> first item
+  std::vector<uint32_t> exact_next;               // next item with that hash
+  std::vector<Group> groups;
+  absl::flat_hash_map<uint64_t, std::vector<uint32_t>> group_index;  // hash -> groups
+  std::vector<OpDefaults> defaults;
+  std::vector<std::string> warnings;
+  size_t usable = 0;
+  // FindOp of the ops this Lut knows, looked up without a call.
+  std::vector<std::pair<std::string, const OpInfo*>> ops;
+
+  const OpInfo* Info(absl::string_view op) const {
+    for (const auto& [name, info] : ops) {
+      if (Eq(name, op)) return info;
+    }
+    return FindOp(op);
+  }
+
+  // Whether `key` is (op, dtype, machine, data_class) with those (kept) dims.
+  bool SameKey(const Key& key, absl::string_view op, DType dtype, absl::string_view machine,
+               absl::string_view data_class, const Dims& dims, const OpInfo* info,
+               size_t count) const {
+    if (key.dtype != dtype || key.dims_count != count || !Eq(strings[key.op], op) ||
+        !Eq(strings[key.machine], machine) || !Eq(strings[key.data_class], data_class)) {
+      return false;
+    }
+    // Usually the dims come in the key's own order.
+    size_t j = 0;
+    for (const auto& dim : dims) {
+      if (IsDefaultAttribute(info, dim)) continue;
+      const uint32_t at = key.dims_begin + j;
+      if (dim_values[at] != dim.second || !Eq(strings[dim_names[at]], dim.first)) break;
+      ++j;
+    }
+    if (j == count) return true;
+    for (const auto& dim : dims) {  // in another order
+      if (IsDefaultAttribute(info, dim)) continue;
+      bool found = false;
+      for (uint32_t at = key.dims_begin; at < key.dims_begin + count && !found; ++at) {
+        found = dim_values[at] == dim.second && Eq(strings[dim_names[at]], dim.first);
+      }
+      if (!found) return false;
+    }
+    for (uint32_t at = key.dims_begin; at < key.dims_begin + count; ++at) {
+      bool found = false;
+      for (const auto& dim : dims) found = found || Eq(strings[dim_names[at]], dim.first);
+      if (!found) return false;
+    }
+    return true;
+  }
+
+  const Group* FindGroup(absl::string_view op, DType dtype, absl::string_view machine,
+                         absl::string_view data_class, const Dims& dims, const OpInfo* info,
+                         const DimsDigest& digest) const {
+    auto it = group_index.find(GroupHash(op, dtype, machine, data_class, digest));
+    if (it == group_index.end()) return nullptr;
+    for (uint32_t g : it->second) {
+      const Group& group = groups[g];
+      const Key& key = group.key;
+      if (key.dtype != dtype || group.names.size() != digest.count || !Eq(strings[key.op], op) ||
+          !Eq(strings[key.machine], machine) || !Eq(strings[key.data_class], data_class)) {
+        continue;
+      }
+      bool same = true;
+      for (const auto& dim : dims) {
+        if (IsDefaultAttribute(info, dim)) continue;
+        bool found = false;
+        for (uint32_t name : group.names) found = found || Eq(strings[name], dim.first);
+        same = same && found;
+      }
+      if (same) return &group;
+    }
+    return nullptr;
+  }
+
+  // The best->limit items of `group` nearest `q` (log2 coordinates in the
+  // group's order).
+  void Nearest(const Group& group, const float* q, Best* best) const {
+    const size_t d = group.names.size();
+    auto box_distance = [&](int32_t node) {
+      const float* lo = &group.boxes[2 * d * node];
+      const float* hi = lo + d;
+      float sum = 0;
+      for (size_t j = 0; j < d; ++j) sum += std::max(0.0f, std::max(lo[j] - q[j], q[j] - hi[j]));
+      return sum;
+    };
+    struct Frame {
+      int32_t node;
+      float bound;
+    };
+    Frame stack[2 * 64 + 2];  // two per level; a median split is at most 64 deep
+    int top = 0;
+    stack[top++] = {0, box_distance(0)};
+    while (top > 0) {
+      const Frame f = stack[--top];
+      if (f.bound > best->Worst()) continue;
+      const Group::Node& node = group.nodes[f.node];
+      if (node.left < 0) {
+        for (uint32_t p = node.begin; p < node.end; ++p) {
+          const float* c = &group.coords[p * d];
+          float sum = 0;
+          for (size_t j = 0; j < d; ++j) sum += std::fabs(c[j] - q[j]);
+          best->Offer({sum, group.items[p]});
+        }
+        continue;
+      }
+      Frame near{node.left, box_distance(node.left)}, far{node.right, box_distance(node.right)};
+      if (far.bound < near.bound) std::swap(near, far);
+      stack[top++] = far;
+      stack[top++] = near;
+    }
+  }
+
+  // Builds the k-d tree of `g` over items [begin, end) of `coords` (row-major,
+  // `d` per item, permuted along with g->items). Returns the node.
+  static int32_t BuildTree(Group* g, std::vector<float>& coords, size_t d, uint32_t begin,
+                           uint32_t end, int depth);
+
+  // Every item of `group` by distance from `q`.
+  std::vector<Candidate> All(const Group& group, const float* q) const {
+    const size_t d = group.names.size();
+    std::vector<Candidate> out;
+    for (size_t p = 0; p < group.items.size(); ++p) {
+      float sum = 0;
+      for (size_t j = 0; j < d; ++j) sum += std::fabs(group.coords[p * d + j] - q[j]);
+      out.push_back({sum, group.items[p]});
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+int32_t Lut::Impl::BuildTree(Group* g, std::vector<float>& coords, size_t d, uint32_t begin,
+                             uint32_t end, int depth) {
+  const int32_t index = static_cast<int32_t>(g->nodes.size());
+  g->nodes.push_back({begin, end});
+  g->boxes.resize(g->boxes.size() + 2 * d);
+  float* lo = &g->boxes[2 * d * index];
+  float* hi = lo + d;
+  std::fill(lo, lo + d, std::numeric_limits<float>::infinity());
+  std::fill(hi, hi + d, -std::numeric_limits<float>::infinity());
+  for (uint32_t p = begin; p < end; ++p) {
+    for (size_t j = 0; j < d; ++j) {
+      lo[j] = std::min(lo[j], coords[p * d + j]);
+      hi[j] = std::max(hi[j], coords[p * d + j]);
+    }
+  }
+  size_t axis = 0;
+  for (size_t j = 1; j < d; ++j) {
+    if (hi[j] - lo[j] > hi[axis] - lo[axis]) axis = j;
+  }
+  if (end - begin <= kLeafSize || d == 0 || hi[axis] <= lo[axis] || depth >= 60) return index;
+  // Split at the median along the widest axis.
+  std::vector<uint32_t> order(end - begin);
+  for (uint32_t p = begin; p < end; ++p) order[p - begin] = p;
+  const uint32_t mid = begin + (end - begin) / 2;
+  std::nth_element(
+      order.begin(), order.begin() + (mid - begin), order.end(),
+      [&](uint32_t a, uint32_t b) { return coords[a * d + axis] < coords[b * d + axis]; });
+  std::vector<float> c(order.size() * d);
+  std::vector<uint32_t> items(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    std::copy_n(&coords[order[i] * d], d, &c[i * d]);
+    items[i] = g->items[order[i]];
+  }
+  std::copy(c.begin(), c.end(), coords.begin() + begin * d);
+  std::copy(items.begin(), items.end(), g->items.begin() + begin);
+  const int32_t left = BuildTree(g, coords, d, begin, mid, depth + 1);
+  const int32_t right = BuildTree(g, coords, d, mid, end, depth + 1);
+  g->nodes[index].left = left;
+  g->nodes[index].right = right;
+  return index;
+}
+
+Lut::Lut(std::unique_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+Lut::Lut(Lut&&) noexcept = default;
+Lut& Lut::operator=(Lut&&) noexcept = default;
+Lut::~Lut() = default;
+
+const std::vector<std::string>& Lut::warnings() const { return impl_->warnings; }
+size_t Lut::size() const { return impl_->usable; }
+
+absl::string_view MatchName(Match match) {
+  switch (match) {
+    case Match::kExact:
+      return "exact";
+    case Match::kNearest:
+      return "nearest";
+    case Match::kDefault:
+      return "default";
+  }
+  return "?";
+}
+
+absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry,
+                               const LutOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  absl::flat_hash_map<std::string, uint32_t> interned;
+  auto intern = [&](absl::string_view s) {
+    auto [it, added] = interned.try_emplace(s, impl->strings.size());
+    if (added) impl->strings.emplace_back(s);
+    return it->second;
+  };
+
+  // Kernels by name, looked up once each.
+  absl::flat_hash_map<std::string, std::shared_ptr<const Kernel>> by_name;
+  for (std::shared_ptr<const Kernel>& k : registry.Kernels()) {
+    impl->kernels.push_back(k);
+    by_name.emplace(k->name(), std::move(k));
+  }
+
+  // Defaults per op: preferred variants first, then the rest by name.
+  for (const std::shared_ptr<const Kernel>& k : impl->kernels) {
+    if (!k->available()) continue;
+    auto it = std::find_if(impl->defaults.begin(), impl->defaults.end(),
+                           [&](const Impl::OpDefaults& d) { return d.op == k->op(); });
+    if (it == impl->defaults.end()) {
+      impl->defaults.push_back({std::string(k->op()), {}});
+      it = impl->defaults.end() - 1;
+    }
+    it->kernels.emplace_back(k.get(), k->DefaultConfig());
+  }
+  for (Impl::OpDefaults& d : impl->defaults) {
+    std::vector<std::string> preferred;
+    for (const auto& [op, variants] : options.default_variants) {
+      if (op == d.op) preferred = variants;
+    }
+    auto rank = [&](const Kernel* k) {
+      return std::find(preferred.begin(), preferred.end(), k->variant()) - preferred.begin();
+    };
+    std::stable_sort(d.kernels.begin(), d.kernels.end(),
+                     [&](const auto& a, const auto& b) { return rank(a.first) < rank(b.first); });
+  }
+
+  // One item per entry, answering from its fastest usable trial.
+  const tuning::Database& proto = db.proto();
+  impl->items.reserve(proto.entries_size());
+  impl->keys.reserve(proto.entries_size());
+  for (const tuning::Entry& e : proto.entries()) {
+    Impl::Item item;
+    const std::string& op = e.key().op();
+    item.dims = CanonicalDims(op, KeyDims(e.key()));
+    item.key_text = KeyString(e.key());
+    absl::StatusOr<DType> dtype = ParseDType(e.key().dtype());
+    if (!dtype.ok()) {
+      impl->warnings.push_back(absl::StrCat(item.key_text, ": unknown dtype, entry skipped"));
+      continue;
+    }
+    Impl::Key key{intern(op),
+                  intern(e.key().machine_id()),
+                  intern(e.key().data_class()),
+                  *dtype,
+                  static_cast<uint32_t>(impl->dim_names.size()),
+                  static_cast<uint32_t>(item.dims.size())};
+    for (const auto& [name, value] : item.dims) {
+      impl->dim_names.push_back(intern(name));
+      impl->dim_values.push_back(value);
+    }
+
+    std::vector<const tuning::Trial*> trials;
+    for (const tuning::Trial& t : e.trials()) {
+      if (t.status() == tuning::Trial::OK && std::isfinite(t.median_ns())) trials.push_back(&t);
+    }
+    if (trials.empty() && e.has_best()) trials.push_back(&e.best());
+    std::stable_sort(trials.begin(), trials.end(),
+                     [](const tuning::Trial* a, const tuning::Trial* b) {
+                       return a->median_ns() < b->median_ns();
+                     });
+    ShapeArgs own;
+    absl::Status own_shape = BuildShapeArgs(op, *dtype, item.dims, &own);
+    std::string stale;  // the fastest trial's staleness, if it was
+    for (size_t i = 0; i < trials.size() && item.kernel == nullptr; ++i) {
+      const tuning::Trial& t = *trials[i];
+      std::string name = absl::StrCat(op, "/", t.variant());
+      std::string problem;
+      auto it = by_name.find(name);
+      if (it == by_name.end()) {
+        problem = absl::StrCat(item.key_text, ": ", name, " is not registered");
+      } else if (it->second->version() != t.variant_version()) {
+        problem = absl::StrCat("stale entry ", item.key_text, ": ", name, " v", t.variant_version(),
+                               " was tuned, v", it->second->version(), " is loaded");
+        if (i == 0) stale = problem;
+      } else if (!it->second->available()) {
+        problem = absl::StrCat(item.key_text, ": ", name, " needs ",
+                               IsaString(it->second->required_isa() & ~CpuIsa()),
+                               ", which this CPU lacks");
+      } else if (!own_shape.ok()) {
+        problem = absl::StrCat(item.key_text, ": ", own_shape.message());
+      } else {
+        absl::StatusOr<Config> config = FromProtoConfig(*it->second, t.config());
+        absl::Status legal = config.ok() ? Legal(*it->second, *config, own) : config.status();
+        if (legal.ok()) {
+          item.kernel = it->second.get();
+          item.config = *std::move(config);
+          item.trial = t;
+        } else {
+          problem = absl::StrCat(item.key_text, ": ", name, " ", ConfigText(t.config()), ": ",
+                                 legal.message());
+        }
+      }
+      if (item.problem.empty()) item.problem = std::move(problem);
+    }
+    if (item.kernel != nullptr) {
+      item.problem.clear();
+      ++impl->usable;
+      if (!stale.empty()) {
+        impl->warnings.push_back(absl::StrCat(stale, "; answering from ", item.kernel->name(), " v",
+                                              item.trial.variant_version(), " instead"));
+      }
+    } else {
+      if (trials.empty()) item.problem = absl::StrCat(item.key_text, ": no OK trial");
+      if (!stale.empty()) impl->warnings.push_back(absl::StrCat(stale, "; entry skipped"));
+    }
+    impl->keys.push_back(key);
+    impl->items.push_back(std::move(item));
+  }
+
+  for (const std::string& op : impl->strings) {
+    if (const OpInfo* info = FindOp(op); info != nullptr) impl->ops.emplace_back(op, info);
+  }
+  for (const Impl::OpDefaults& d : impl->defaults) {
+    if (const OpInfo* info = FindOp(d.op); info != nullptr && impl->Info(d.op) != info) {
+      impl->ops.emplace_back(d.op, info);
+    }
+  }
+
+  // The exact index.
+  const uint32_t num_items = static_cast<uint32_t>(impl->items.size());
+  impl->exact_next.assign(num_items, kNone);
+  for (uint32_t i = num_items; i-- > 0;) {
+    const Impl::Key& key = impl->keys[i];
+    const std::string& op = impl->strings[key.op];
+    const uint64_t h =
+        ExactHash(op, key.dtype, impl->strings[key.machine], impl->strings[key.data_class],
+                  Digest(FindOp(op), impl->items[i].dims));
+    auto [it, added] = impl->exact.try_emplace(h, i);
+    if (!added) {
+      impl->exact_next[i] = it->second;
+      it->second = i;
+    }
+  }
+
+  // Groups for nearest lookups.
+  absl::flat_hash_map<std::string, uint32_t> group_of;
+  for (uint32_t i = 0; i < num_items; ++i) {
+    const Impl::Key& key = impl->keys[i];
+    std::vector<uint32_t> names(impl->dim_names.begin() + key.dims_begin,
+                                impl->dim_names.begin() + key.dims_begin + key.dims_count);
+    std::vector<uint32_t> sorted = names;
+    std::sort(sorted.begin(), sorted.end());
+    std::string id = absl::StrCat(key.op, ",", static_cast<int>(key.dtype), ",", key.machine, ",",
+                                  key.data_class, ":", absl::StrJoin(sorted, ","));
+    auto [it, added] = group_of.try_emplace(id, impl->groups.size());
+    if (added) {
+      impl->groups.emplace_back();
+      impl->groups.back().key = key;
+      impl->groups.back().names = std::move(names);
+      const std::string& op = impl->strings[key.op];
+      impl->group_index[GroupHash(op, key.dtype, impl->strings[key.machine],
+                                  impl->strings[key.data_class],
+                                  Digest(FindOp(op), impl->items[i].dims))]
+          .push_back(it->second);
+    }
+    impl->groups[it->second].items.push_back(i);
+  }
+  for (Impl::Group& g : impl->groups) {
+    const size_t d = g.names.size();
+    g.coords.resize(g.items.size() * d);
+    for (size_t p = 0; p < g.items.size(); ++p) {
+      const Impl::Key& key = impl->keys[g.items[p]];
+      for (size_t j = 0; j < d; ++j) {
+        for (uint32_t at = key.dims_begin; at < key.dims_begin + key.dims_count; ++at) {
+          if (impl->dim_names[at] == g.names[j]) g.coords[p * d + j] = Log2(impl->dim_values[at]);
+        }
+      }
+    }
+    Impl::BuildTree(&g, g.coords, d, 0, static_cast<uint32_t>(g.items.size()), 0);
+  }
+  return Lut(std::move(impl));
+}
+
+absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op, DType dtype, const Dims& dims,
+                                     absl::string_view machine_id,
+                                     absl::string_view data_class) const {
+  const Impl& impl = *impl_;
+  const OpInfo* info = impl.Info(op);
+  const DimsDigest digest = Digest(info, dims);
+  LutAnswer answer;
+
+  // Exact.
+  uint32_t exact_item = kNone;
+  if (auto it = impl.exact.find(ExactHash(op, dtype, machine_id, data_class, digest));
+      it != impl.exact.end()) {
+    for (uint32_t i = it->second; i != kNone; i = impl.exact_next[i]) {
+      if (!impl.SameKey(impl.keys[i], op, dtype, machine_id, data_class, dims, info,
+                        digest.count)) {
+        continue;
+      }
+      const Impl::Item& item = impl.items[i];
+      if (item.kernel != nullptr) {
+        answer.kernel = item.kernel;
+        answer.config = &item.config;
+        answer.match = Match::kExact;
+        answer.tuned_dims = &item.dims;
+        answer.distance = 0;
+        answer.trial = &item.trial;
+        return answer;
+      }
+      answer.warnings.push_back(item.problem);
+      exact_item = i;
+      break;
+    }
+  }
+
+  // The shape, for legality checks from here on.
+  ShapeArgs shape;
+  if (absl::Status s = BuildShapeArgs(op, dtype, dims, &shape); !s.ok()) return s;
+
+  // Nearest: the closest candidates first; past them (rare), all by distance.
+  if (const Impl::Group* group =
+          impl.FindGroup(op, dtype, machine_id, data_class, dims, info, digest)) {
+    const size_t d = group->names.size();
+    absl::InlinedVector<float, 8> q(d);
+    for (size_t j = 0; j < d; ++j) {
+      for (const auto& dim : dims) {
+        if (Eq(dim.first, impl.strings[group->names[j]])) q[j] = Log2(dim.second);
+      }
+    }
+    // The nearest entry usually answers; only when it cannot are more
+    // looked at: the kCandidates nearest, then (rarely) all by distance.
+    Best best(1);
+    impl.Nearest(*group, q.data(), &best);
+    std::vector<Candidate> all;
+    const Candidate* candidates = best.c;
+    size_t count = best.n, first = 0;
+    for (int pass = 0; pass < 3; ++pass) {
+      if (pass == 1) {
+        if (best.n < best.limit) break;  // saw every item already
+        best = Best(kCandidates);
+        impl.Nearest(*group, q.data(), &best);
+        count = best.n;
+        first = 1;
+      } else if (pass == 2) {
+        if (best.n < best.limit) break;
+        all = impl.All(*group, q.data());
+        candidates = all.data();
+        count = all.size();
+        first = kCandidates;
+      }
+      for (size_t c = first; c < count; ++c) {
+        const uint32_t i = candidates[c].item;
+        const Impl::Item& item = impl.items[i];
+        if (i == exact_item) continue;
+        if (item.kernel == nullptr) {
+          answer.warnings.push_back(item.problem);
+          continue;
+        }
+        if (absl::Status s = Legal(*item.kernel, item.config, shape); !s.ok()) {
+          answer.warnings.push_back(absl::StrCat(item.key_text, ": ", item.kernel->name(), " ",
+                                                 item.kernel->ConfigString(item.config),
+                                                 " is not legal here: ", s.message()));
+          continue;
+        }
+        answer.kernel = item.kernel;
+        answer.config = &item.config;
+        answer.match = Match::kNearest;
+        answer.tuned_dims = &item.dims;
+        answer.distance = candidates[c].dist;
+        answer.trial = &item.trial;
+        return answer;
+      }
+    }
+  }
+
+  // Default.
+  auto it = std::find_if(impl.defaults.begin(), impl.defaults.end(),
+                         [&](const Impl::OpDefaults& d) { return d.op == op; });
+  if (it == impl.defaults.end()) {
+    return absl::NotFoundError(absl::StrCat("no available kernel of op '", op, "' is registered"));
+  }
+  std::string refusals;
+  for (const auto& [kernel, config] : it->kernels) {
+    absl::Status s = Legal(*kernel, config, shape);
+    if (s.ok()) {
+      answer.kernel = kernel;
+      answer.config = &config;
+      answer.match = Match::kDefault;
+      return answer;
+    }
+    absl::StrAppend(&refusals, refusals.empty() ? "" : "; ", kernel->name(), ": ", s.message());
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("no kernel of op '", op, "' takes this problem: ", refusals));
+}
+
+}  // namespace kreg

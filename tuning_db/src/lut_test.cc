@@ -1,0 +1,900 @@
+// The LUT library: schema round trips, refusal of corrupt, truncated and
+// foreign files, atomic and merged saves (two processes, nothing lost),
+// recording and winners, merge and diff, and queries: exact, nearest (log2
+// distance, legality for the asked shape, stale entries) and default.
+#include "kreg/lut.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <new>
+#include <random>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+
+// Counts heap allocations, to prove the exact lookup makes none.
+namespace {
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+// Every unaligned form is replaced, so no pair mixes ours with the
+// runtime's (or a sanitizer's). Not inlined, so GCC does not pair malloc and
+// free across them and warn.
+#define KREG_NOINLINE __attribute__((noinline))
+KREG_NOINLINE void* operator new(size_t size, const std::nothrow_t&) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(size == 0 ? 1 : size);
+}
+KREG_NOINLINE void* operator new(size_t size) {
+  if (void* p = operator new(size, std::nothrow)) return p;
+  throw std::bad_alloc();
+}
+KREG_NOINLINE void* operator new[](size_t size) { return operator new(size); }
+KREG_NOINLINE void* operator new[](size_t size, const std::nothrow_t&) noexcept {
+  return operator new(size, std::nothrow);
+}
+KREG_NOINLINE void operator delete(void* p) noexcept { std::free(p); }
+KREG_NOINLINE void operator delete(void* p, size_t) noexcept { std::free(p); }
+KREG_NOINLINE void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+KREG_NOINLINE void operator delete[](void* p) noexcept { std::free(p); }
+KREG_NOINLINE void operator delete[](void* p, size_t) noexcept { std::free(p); }
+KREG_NOINLINE void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+
+namespace kreg {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using ::testing::AllOf;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr char kMachine[] = "00000000deadbeef";
+
+std::string TempDir(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/kreg_lut_" + name + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::vector<std::string> Listing(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.push_back(e.path().filename());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+tuning::ProblemKey Key(int64_t batch, int64_t n, int64_t k, absl::string_view machine = kMachine) {
+  return MakeProblemKey("topk", DType::kF32, {{"batch", batch}, {"n", n}, {"k", k}}, machine);
+}
+
+tuning::Config Choice(const std::string& name, const std::string& value) {
+  tuning::Config c;
+  tuning::ParamValue* p = c.add_params();
+  p->set_name(name);
+  p->set_choice(value);
+  return c;
+}
+
+tuning::Trial MakeTrial(const std::string& variant, tuning::Config config, double median_ns,
+                        int64_t measured_at = 100, uint32_t version = 1) {
+  tuning::Trial t;
+  t.set_variant(variant);
+  t.set_variant_version(version);
+  *t.mutable_config() = std::move(config);
+  t.set_median_ns(median_ns);
+  t.set_min_ns(median_ns * 0.9);
+  t.set_max_ns(median_ns * 1.2);
+  t.set_relative_iqr(0.03);
+  t.set_reps(20);
+  t.set_status(tuning::Trial::OK);
+  t.set_measured_at(measured_at);
+  return t;
+}
+
+tuning::Trial Sort(const std::string& method, double median_ns, int64_t measured_at = 100,
+                   uint32_t version = 1) {
+  return MakeTrial("sort", Choice("method", method), median_ns, measured_at, version);
+}
+
+tuning::Config Ints(std::vector<std::pair<std::string, int64_t>> values) {
+  tuning::Config c;
+  for (const auto& [name, value] : values) {
+    tuning::ParamValue* p = c.add_params();
+    p->set_name(name);
+    p->set_int_value(value);
+  }
+  return c;
+}
+
+tuning::Trial Radix(int64_t first_bits, double median_ns, int64_t measured_at = 100) {
+  return MakeTrial("radix",
+                   Ints({{"first_bits", first_bits}, {"round_bits", 8}, {"capacity", 4096}}),
+                   median_ns, measured_at);
+}
+
+tuning::Trial Tiled(int64_t tile, double median_ns) {
+  return MakeTrial("tiled", Ints({{"tile", tile}}), median_ns);
+}
+
+// A small database with a bit of everything.
+TuningDb SampleDb() {
+  TuningDb db;
+  db.AddMachine(ThisMachine());
+  tuning::Machine other;
+  other.set_cpu_model("Test CPU");
+  other.add_isa("avx2");
+  other.set_cores(4);
+  db.AddMachine(other);
+  db.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 5000));
+  db.AddTrial(Key(8, 1000, 10), Sort("nth_element", 4000));
+  db.AddTrial(Key(8, 1000, 10), Radix(11, 4500));
+  tuning::Trial crashed = Radix(12, 0);
+  crashed.set_status(tuning::Trial::CRASHED);
+  crashed.set_error("signal 11");
+  db.AddTrial(Key(8, 1000, 10), crashed);
+  db.SetTuningInfo(Key(8, 1000, 10), "kreg 0.1.0", "exhaustive", 1700000000);
+  tuning::Config blockwise;
+  auto* nb = blockwise.add_params();
+  nb->set_name("num_blocks");
+  nb->set_int_value(128);
+  auto* ms = blockwise.add_params();
+  ms->set_name("m_schedule");
+  ms->mutable_list_value()->add_values(5);
+  ms->mutable_list_value()->add_values(8);
+  auto* s2 = blockwise.add_params();
+  s2->set_name("stage2");
+  s2->set_choice("nth_element");
+  db.AddTrial(Key(64, 32768, 2048), MakeTrial("blockwise", blockwise, 1.5e6));
+  tuning::ProblemKey ties = MakeProblemKey(
+      "topk", DType::kBF16, {{"batch", 1}, {"n", 4096}, {"k", 8}}, kMachine, "dist=ties");
+  db.AddTrial(ties, Sort("nth_element", 900));
+  return db;
+}
+
+void ExpectSame(const TuningDb& a, const TuningDb& b) {
+  std::string diff;
+  MessageDifferencer d;
+  d.ReportDifferencesToString(&diff);
+  EXPECT_TRUE(d.Compare(a.proto(), b.proto())) << diff;
+}
+
+// ---- Machines, keys, configurations ---------------------------------------------
+
+TEST(Machine, FingerprintIsStableAndDerivedFromTheFields) {
+  const tuning::Machine& m = ThisMachine();
+  EXPECT_THAT(m.id(), SizeIs(16));
+  EXPECT_EQ(m.id(), FingerprintId(m));
+  EXPECT_FALSE(m.cpu_model().empty());
+  EXPECT_GE(m.cores(), 1u);
+  tuning::Machine other = m;
+  other.set_cores(m.cores() + 1);
+  EXPECT_NE(FingerprintId(other), m.id());
+  other = m;
+  other.add_isa("avx512f_pretend");
+  EXPECT_NE(FingerprintId(other), m.id());
+  // The hash is FNV-1a, fixed: the same id on every build and process.
+  tuning::Machine fixed;
+  fixed.set_cpu_model("x");
+  fixed.set_cores(1);
+  EXPECT_EQ(FingerprintId(fixed), FingerprintId(fixed));
+  EXPECT_EQ(FingerprintId(fixed).find_first_not_of("0123456789abcdef"), std::string::npos);
+}
+
+TEST(Keys, CanonicalDimsOrderAndDropDefaultAttributes) {
+  EXPECT_THAT(CanonicalDims("topk", {{"largest", 1}, {"k", 10}, {"n", 100}, {"batch", 2}}),
+              ElementsAre(std::pair<std::string, int64_t>("batch", 2),
+                          std::pair<std::string, int64_t>("n", 100),
+                          std::pair<std::string, int64_t>("k", 10)));
+  EXPECT_THAT(CanonicalDims("topk", {{"k", 10}, {"largest", 0}, {"n", 100}, {"batch", 2}}),
+              SizeIs(4));
+  Dims unknown = {{"z", 1}, {"a", 2}};
+  EXPECT_EQ(CanonicalDims("nosuchop", unknown), unknown);
+  tuning::ProblemKey key = Key(8, 1000, 10);
+  EXPECT_EQ(KeyString(key), absl::StrCat("topk f32 batch=8,n=1000,k=10 @", kMachine));
+}
+
+class WithRegistry : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    LoadOptions options;
+    options.plugin_paths = {KREG_PLUGIN_DIR, std::string(KREG_TEST_PLUGIN_DIR) + "/lut"};
+    options.use_env = false;
+    options.use_default_dirs = false;
+    auto registry = Registry::Load(options);
+    ASSERT_TRUE(registry.ok()) << registry.status();
+    registry_ = std::move(*registry).release();
+    ASSERT_TRUE(registry_->Get("topk/tiled").ok());
+  }
+  static void TearDownTestSuite() {
+    delete registry_;
+    registry_ = nullptr;
+  }
+  std::shared_ptr<const Kernel> Get(absl::string_view name) { return *registry_->Get(name); }
+  static Registry* registry_;
+};
+Registry* WithRegistry::registry_ = nullptr;
+
+using Configs = WithRegistry;
+
+TEST_F(Configs, EveryKernelsDefaultRoundTrips) {
+  for (const auto& kernel : registry_->Kernels()) {
+    Config config = kernel->DefaultConfig();
+    tuning::Config proto = ToProtoConfig(*kernel, config);
+    EXPECT_EQ(proto.params_size(), static_cast<int>(kernel->num_params())) << kernel->name();
+    absl::StatusOr<Config> back = FromProtoConfig(*kernel, proto);
+    ASSERT_TRUE(back.ok()) << kernel->name() << ": " << back.status();
+    EXPECT_EQ(*back, config) << kernel->name();
+  }
+}
+
+TEST_F(Configs, StoredConfigsTheKernelDoesNotDeclareAreRefused) {
+  auto sort = Get("topk/sort");
+  auto radix = Get("topk/radix");
+  auto blockwise = Get("topk/blockwise");
+  EXPECT_TRUE(FromProtoConfig(*sort, Choice("method", "nth_element")).ok());
+  auto expect_bad = [](const absl::StatusOr<Config>& c, absl::string_view what) {
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_THAT(c.status().message(), HasSubstr(what));
+  };
+  expect_bad(FromProtoConfig(*sort, Choice("method", "bogo_sort")), "bogo_sort");
+  expect_bad(FromProtoConfig(*sort, Choice("speed", "fast")), "speed");
+  expect_bad(FromProtoConfig(*sort, tuning::Config()), "method");
+  expect_bad(FromProtoConfig(*radix, Ints({{"first_bits", 11}, {"round_bits", 8}})), "capacity");
+  expect_bad(
+      FromProtoConfig(*radix, Ints({{"first_bits", 13}, {"round_bits", 8}, {"capacity", 4096}})),
+      "first_bits");
+  tuning::Config decreasing = ToProtoConfig(*blockwise, blockwise->DefaultConfig());
+  auto* list = decreasing.mutable_params(1)->mutable_list_value();
+  list->Clear();
+  list->add_values(8);
+  list->add_values(5);
+  expect_bad(FromProtoConfig(*blockwise, decreasing), "increasing");
+  EXPECT_EQ(ConfigText(ToProtoConfig(*blockwise, blockwise->DefaultConfig())),
+            "num_blocks=128 m_schedule=5,8,12 stage2=partial_sort");
+}
+
+// ---- Files -----------------------------------------------------------------------
+
+TEST(Files, BinaryRoundTrip) {
+  std::string dir = TempDir("binary");
+  TuningDb db = SampleDb();
+  ASSERT_TRUE(db.Save(dir + "/t.kdb").ok());
+  absl::StatusOr<TuningDb> back = TuningDb::Load(dir + "/t.kdb");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSame(db, *back);
+  EXPECT_EQ(back->size(), 3u);
+  EXPECT_EQ(back->proto().machines_size(), 2);
+  EXPECT_EQ(back->proto().schema_version(), kSchemaVersion);
+  EXPECT_EQ(ReadBytes(dir + "/t.kdb").find("schema_version"), std::string::npos);  // binary
+}
+
+TEST(Files, TextRoundTripAndFormatByContent) {
+  std::string dir = TempDir("text");
+  TuningDb db = SampleDb();
+  for (std::string name : {"t.txtpb", "t.textproto", "t.pbtxt"}) {
+    ASSERT_TRUE(db.Save(dir + "/" + name).ok()) << name;
+    std::string text = ReadBytes(dir + "/" + name);
+    EXPECT_THAT(text, HasSubstr("schema_version: 1")) << name;
+    EXPECT_THAT(text, HasSubstr("choice: \"nth_element\"")) << name;
+    absl::StatusOr<TuningDb> back = TuningDb::Load(dir + "/" + name);
+    ASSERT_TRUE(back.ok()) << back.status();
+    ExpectSame(db, *back);
+  }
+  EXPECT_EQ(FormatForPath("a.txtpb"), FileFormat::kText);
+  EXPECT_EQ(FormatForPath("a.kdb"), FileFormat::kBinary);
+  // Either format loads under any name.
+  WriteBytes(dir + "/text_named.kdb", db.ToText());
+  ASSERT_TRUE(db.Save(dir + "/binary.kdb").ok());
+  std::filesystem::rename(dir + "/binary.kdb", dir + "/binary_named.txtpb");
+  for (std::string name : {"text_named.kdb", "binary_named.txtpb"}) {
+    absl::StatusOr<TuningDb> back = TuningDb::Load(dir + "/" + name);
+    ASSERT_TRUE(back.ok()) << name << ": " << back.status();
+    ExpectSame(db, *back);
+  }
+}
+
+TEST(Files, HandWrittenTextWithoutTrailerLoads) {
+  std::string dir = TempDir("hand");
+  WriteBytes(dir + "/t.txtpb", R"pb(
+    schema_version: 1
+    entries {
+      key {
+        op: "topk"
+        dtype: "f32"
+        dims { name: "k" value: 10 }
+        dims { name: "n" value: 1000 }
+        dims { name: "batch" value: 8 }
+        dims { name: "largest" value: 1 }
+        machine_id: "00000000deadbeef"
+      }
+      best {
+        variant: "sort"
+        variant_version: 1
+        status: OK
+        median_ns: 7
+        config { params { name: "method" choice: "partial_sort" } }
+      }
+    }
+  )pb");
+  absl::StatusOr<TuningDb> db = TuningDb::Load(dir + "/t.txtpb");
+  ASSERT_TRUE(db.ok()) << db.status();
+  // Dims are put in canonical order, the default attribute dropped; the slim
+  // entry's winner becomes its one known trial.
+  const tuning::Entry* e = db->FindEntry(Key(8, 1000, 10));
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(KeyString(e->key()), absl::StrCat("topk f32 batch=8,n=1000,k=10 @", kMachine));
+  EXPECT_EQ(e->trials_size(), 1);
+  EXPECT_EQ(e->best().median_ns(), 7);
+}
+
+TEST(Files, MissingFileIsNotFound) {
+  absl::StatusOr<TuningDb> db = TuningDb::Load(TempDir("missing") + "/nope.kdb");
+  EXPECT_EQ(db.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(db.status().message(), HasSubstr("nope.kdb"));
+}
+
+void ExpectDataLoss(const std::string& path, absl::string_view why = "") {
+  absl::StatusOr<TuningDb> db = TuningDb::Load(path);
+  EXPECT_EQ(db.status().code(), absl::StatusCode::kDataLoss) << path << ": " << db.status();
+  EXPECT_THAT(db.status().message(), HasSubstr(path));
+  EXPECT_THAT(db.status().message(), HasSubstr(why));
+}
+
+TEST(Files, CorruptAndForeignFilesAreDataLossNamingTheFile) {
+  std::string dir = TempDir("corrupt");
+  WriteBytes(dir + "/empty.kdb", "");
+  ExpectDataLoss(dir + "/empty.kdb", "empty");
+  std::mt19937 rng(7);
+  for (int i = 0; i < 20; ++i) {
+    std::string junk(1 + rng() % 4096, '\0');
+    for (char& c : junk) c = static_cast<char>(rng());
+    WriteBytes(dir + "/random.kdb", junk);
+    ExpectDataLoss(dir + "/random.kdb");
+  }
+  WriteBytes(dir + "/t.json", R"({"schema_version": 1, "entries": []})");
+  ExpectDataLoss(dir + "/t.json");
+  // A .npy file: magic, version, header length, header, data.
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
+  header.resize(118, ' ');
+  header += '\n';
+  std::string npy = std::string("\x93NUMPY\x01\x00", 8) +
+                    std::string(1, static_cast<char>(header.size())) + std::string(1, '\0') +
+                    header + std::string(8, '\x3f');
+  WriteBytes(dir + "/t.npy", npy);
+  ExpectDataLoss(dir + "/t.npy");
+  WriteBytes(dir + "/typo.txtpb", "schema_version: 1\nentries { varient: \"sort\" }\n");
+  ExpectDataLoss(dir + "/typo.txtpb", "varient");
+  WriteBytes(dir + "/newer.txtpb", "schema_version: 2\n");
+  ExpectDataLoss(dir + "/newer.txtpb", "newer");
+  WriteBytes(dir + "/none.txtpb", "entries { key { op: \"topk\" } }\n");
+  ExpectDataLoss(dir + "/none.txtpb", "schema_version");
+  WriteBytes(dir + "/count.txtpb", "schema_version: 1\nentry_count: 3\n");
+  ExpectDataLoss(dir + "/count.txtpb", "entry_count");
+}
+
+TEST(Files, EveryTruncationOfABinaryFileIsRefused) {
+  std::string dir = TempDir("truncated");
+  ASSERT_TRUE(SampleDb().Save(dir + "/t.kdb").ok());
+  const std::string whole = ReadBytes(dir + "/t.kdb");
+  ASSERT_GT(whole.size(), 100u);
+  for (size_t size = 0; size < whole.size(); ++size) {
+    absl::StatusOr<TuningDb> db =
+        TuningDb::Parse(absl::string_view(whole).substr(0, size), "cut.kdb");
+    ASSERT_EQ(db.status().code(), absl::StatusCode::kDataLoss) << "cut at " << size;
+    ASSERT_THAT(db.status().message(), HasSubstr("cut.kdb"));
+  }
+  EXPECT_TRUE(TuningDb::Parse(whole, "whole.kdb").ok());
+}
+
+TEST(Files, SaveIsAtomicAndLeavesNoTemporaries) {
+  std::string dir = TempDir("atomic");
+  TuningDb db = SampleDb();
+  // A temporary left by a writer killed mid-write is cleaned up.
+  WriteBytes(dir + "/.t.kdb.tmp-ABCDEF", "half a file");
+  ASSERT_TRUE(db.Save(dir + "/t.kdb").ok());
+  ASSERT_TRUE(db.SaveMerged(dir + "/t.kdb").ok());
+  ASSERT_TRUE(db.Save(dir + "/t.kdb", {.winners_only = true}).ok());
+  EXPECT_THAT(Listing(dir), ElementsAre("t.kdb", "t.kdb.lock"));
+  // Keeps the mode of the file it replaces.
+  std::filesystem::permissions(dir + "/t.kdb", std::filesystem::perms(0600));
+  ASSERT_TRUE(db.Save(dir + "/t.kdb").ok());
+  EXPECT_EQ(std::filesystem::status(dir + "/t.kdb").permissions(), std::filesystem::perms(0600));
+  // A folder that does not exist: an error, nothing written.
+  absl::Status s = db.Save(dir + "/no/such/dir/t.kdb");
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("no/such/dir/t.kdb"));
+}
+
+TEST(Files, WinnersOnlySaveKeepsBestAndRunnerUp) {
+  std::string dir = TempDir("slim");
+  ASSERT_TRUE(SampleDb().Save(dir + "/t.kdb", {.winners_only = true}).ok());
+  absl::StatusOr<TuningDb> db = TuningDb::Load(dir + "/t.kdb");
+  ASSERT_TRUE(db.ok()) << db.status();
+  const tuning::Entry* e = db->FindEntry(Key(8, 1000, 10));
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->trials_size(), 2);  // best and runner-up
+  EXPECT_EQ(ConfigText(e->best().config()), "method=nth_element");
+  EXPECT_EQ(e->runner_up().variant(), "radix");
+}
+
+TEST(Files, SaveMergedOverACorruptFileFailsAndLeavesItIntact) {
+  std::string dir = TempDir("merge_corrupt");
+  const std::string path = dir + "/t.kdb";
+  ASSERT_TRUE(SampleDb().Save(path).ok());
+  std::string whole = ReadBytes(path);
+  std::string cut = whole.substr(0, whole.size() / 2);
+  WriteBytes(path, cut);
+  TuningDb db;
+  db.AddTrial(Key(1, 2, 1), Sort("nth_element", 1));
+  absl::Status s = db.SaveMerged(path);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr(path));
+  EXPECT_EQ(ReadBytes(path), cut);
+  EXPECT_EQ(db.size(), 1u);  // unchanged too
+  EXPECT_THAT(Listing(dir), ElementsAre("t.kdb", "t.kdb.lock"));
+}
+
+TEST(Files, SaveMergedCreatesAndExtendsAFile) {
+  std::string dir = TempDir("merge");
+  const std::string path = dir + "/t.txtpb";
+  TuningDb a;
+  a.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 10));
+  ASSERT_TRUE(a.SaveMerged(path).ok());
+  TuningDb b;
+  b.AddTrial(Key(8, 1000, 10), Sort("nth_element", 5));
+  b.AddTrial(Key(16, 1000, 10), Sort("nth_element", 5));
+  ASSERT_TRUE(b.SaveMerged(path).ok());
+  EXPECT_EQ(b.size(), 2u);  // b became the merged database
+  absl::StatusOr<TuningDb> both = TuningDb::Load(path);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->size(), 2u);
+  EXPECT_EQ(both->FindEntry(Key(8, 1000, 10))->trials_size(), 2);
+  EXPECT_EQ(ConfigText(both->FindEntry(Key(8, 1000, 10))->best().config()), "method=nth_element");
+}
+
+// Two processes, each recording 200 trials one SaveMerged at a time into one
+// file: the file ends up with all 400.
+TEST(Files, ConcurrentWritersLoseNothing) {
+  std::string dir = TempDir("concurrent");
+  const std::string path = dir + "/t.kdb";
+  constexpr int kTrials = 200;
+  pid_t children[2];
+  for (int c = 0; c < 2; ++c) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // Child c measures method c on problems n = 1000 + i.
+      TuningDb db;
+      const char* method = c == 0 ? "partial_sort" : "nth_element";
+      for (int i = 0; i < kTrials; ++i) {
+        db.AddTrial(Key(8, 1000 + i, 10), Sort(method, 100 + c + i));
+        if (!db.SaveMerged(path).ok()) _exit(1);
+      }
+      _exit(0);
+    }
+    children[c] = pid;
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  absl::StatusOr<TuningDb> db = TuningDb::Load(path);
+  ASSERT_TRUE(db.ok()) << db.status();
+  int trials = 0;
+  for (const tuning::Entry& e : db->proto().entries()) trials += e.trials_size();
+  EXPECT_EQ(db->size(), static_cast<size_t>(kTrials));
+  EXPECT_EQ(trials, 2 * kTrials);
+  for (int i = 0; i < kTrials; ++i) {
+    const tuning::Entry* e = db->FindEntry(Key(8, 1000 + i, 10));
+    ASSERT_NE(e, nullptr) << i;
+    EXPECT_EQ(ConfigText(e->best().config()), "method=partial_sort") << i;
+    EXPECT_EQ(ConfigText(e->runner_up().config()), "method=nth_element") << i;
+  }
+  EXPECT_THAT(Listing(dir), ElementsAre("t.kdb", "t.kdb.lock"));
+}
+
+// ---- Recording, merging ---------------------------------------------------------------
+
+TEST(Recording, WinnersFollowTheTrials) {
+  TuningDb db;
+  const tuning::ProblemKey key = Key(8, 1000, 10);
+  EXPECT_EQ(db.FindEntry(key), nullptr);
+  db.AddTrial(key, Sort("partial_sort", 300));
+  const tuning::Entry* e = db.FindEntry(key);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->best().median_ns(), 300);
+  EXPECT_FALSE(e->has_runner_up());
+  db.AddTrial(key, Radix(11, 200));
+  db.AddTrial(key, Radix(10, 250));
+  tuning::Trial wrong = Radix(8, 10);
+  wrong.set_status(tuning::Trial::WRONG_RESULT);
+  db.AddTrial(key, wrong);  // fastest, but wrong: never a winner
+  e = db.FindEntry(key);
+  EXPECT_EQ(e->trials_size(), 4);
+  EXPECT_EQ(ConfigText(e->best().config()), "first_bits=11 round_bits=8 capacity=4096");
+  EXPECT_EQ(ConfigText(e->runner_up().config()), "first_bits=10 round_bits=8 capacity=4096");
+  // Re-measuring the best slower moves it down.
+  db.AddTrial(key, Radix(11, 280));
+  e = db.FindEntry(key);
+  EXPECT_EQ(e->trials_size(), 4);
+  EXPECT_EQ(e->best().median_ns(), 250);
+  EXPECT_EQ(e->runner_up().median_ns(), 280);
+  // The same config given with its params in another order is the same trial.
+  tuning::Config shuffled = Ints({{"capacity", 4096}, {"first_bits", 10}, {"round_bits", 8}});
+  const tuning::Trial* found = db.FindTrial(key, "radix", 1, shuffled);
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->median_ns(), 250);
+  EXPECT_EQ(db.FindTrial(key, "radix", 2, shuffled), nullptr);  // another version
+  EXPECT_EQ(db.FindTrial(Key(8, 1000, 11), "radix", 1, shuffled), nullptr);
+  // Keys given with dims in another order, or a default attribute, match.
+  tuning::ProblemKey reordered = MakeProblemKey(
+      "topk", DType::kF32, {{"k", 10}, {"largest", 1}, {"batch", 8}, {"n", 1000}}, kMachine);
+  EXPECT_EQ(db.FindEntry(reordered), db.FindEntry(key));
+  // A failed re-measurement of the best demotes it.
+  tuning::Trial crashed = Radix(10, 0);
+  crashed.set_status(tuning::Trial::CRASHED);
+  db.AddTrial(key, crashed);
+  e = db.FindEntry(key);
+  EXPECT_EQ(e->best().median_ns(), 280);
+  EXPECT_EQ(e->runner_up().median_ns(), 300);
+}
+
+TEST(Recording, MergeKeepsTheNewestMeasurementAndUnionsTheRest) {
+  TuningDb a, b;
+  a.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 100, /*measured_at=*/10));
+  b.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 300, /*measured_at=*/20));  // newer
+  a.AddTrial(Key(8, 1000, 10), Sort("nth_element", 200, /*measured_at=*/30));   // newer
+  b.AddTrial(Key(8, 1000, 10), Sort("nth_element", 50, /*measured_at=*/5));
+  a.AddTrial(Key(1, 10, 1), Sort("nth_element", 1));
+  b.AddTrial(Key(2, 10, 1), Sort("nth_element", 1));
+  b.SetTuningInfo(Key(8, 1000, 10), "kreg 9", "halving", 99);
+  for (const TuningDb& m : {TuningDb::Merge(a, b), TuningDb::Merge(b, a)}) {
+    EXPECT_EQ(m.size(), 3u);
+    const tuning::Entry* e = m.FindEntry(Key(8, 1000, 10));
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->trials_size(), 2);
+    EXPECT_EQ(ConfigText(e->best().config()), "method=nth_element");
+    EXPECT_EQ(e->best().median_ns(), 200);
+    EXPECT_EQ(e->runner_up().median_ns(), 300);
+    EXPECT_EQ(e->strategy(), "halving");
+  }
+  // Merging is idempotent.
+  TuningDb m = TuningDb::Merge(a, b);
+  ExpectSame(TuningDb::Merge(m, m), m);
+}
+
+TEST(Recording, DiffNamesKeysOnlyOnOneSideAndChangedWinners) {
+  TuningDb a, b;
+  a.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 100));
+  b.AddTrial(Key(8, 1000, 10), Sort("nth_element", 100));
+  a.AddTrial(Key(1, 10, 1), Sort("nth_element", 1));
+  b.AddTrial(Key(2, 10, 1), Sort("nth_element", 1));
+  a.AddTrial(Key(3, 10, 1), Sort("nth_element", 1));
+  b.AddTrial(Key(3, 10, 1), Sort("nth_element", 2));  // slower, same winner
+  std::string diff = TuningDb::Diff(a, b);
+  EXPECT_THAT(diff, HasSubstr("only in a: topk f32 batch=1,n=10,k=1"));
+  EXPECT_THAT(diff, HasSubstr("only in b: topk f32 batch=2,n=10,k=1"));
+  EXPECT_THAT(diff, HasSubstr("differs: topk f32 batch=8,n=1000,k=10 @00000000deadbeef: "
+                              "a=sort v1 method=partial_sort b=sort v1 method=nth_element"));
+  EXPECT_EQ(std::count(diff.begin(), diff.end(), '\n'), 3);
+  EXPECT_EQ(TuningDb::Diff(a, a), "");
+}
+
+TEST(Recording, SummaryAndTextName) {
+  TuningDb db = SampleDb();
+  std::string summary = db.Summary();
+  EXPECT_THAT(summary, HasSubstr("topk f32 batch=8,n=1000,k=10 @00000000deadbeef -> sort v1 "
+                                 "method=nth_element  4 us (runner-up radix 4.5 us, 4 trials)"));
+  EXPECT_THAT(summary, HasSubstr("topk bf16 batch=1,n=4096,k=8 [dist=ties] @"));
+  EXPECT_EQ(std::count(summary.begin(), summary.end(), '\n'), 3);
+  EXPECT_THAT(db.ToText(), HasSubstr("strategy: \"exhaustive\""));
+}
+
+using Stale = WithRegistry;
+
+TEST_F(Stale, DropStaleRemovesOnlyChangedVariantsTrials) {
+  TuningDb db;
+  db.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 100, 1, /*version=*/7));
+  db.AddTrial(Key(8, 1000, 10), Sort("nth_element", 200));
+  db.AddTrial(Key(8, 1000, 10), MakeTrial("unloaded", tuning::Config(), 50, 1, 3));
+  EXPECT_EQ(db.DropStale(*registry_), 1);
+  const tuning::Entry* e = db.FindEntry(Key(8, 1000, 10));
+  EXPECT_EQ(e->trials_size(), 2);
+  EXPECT_EQ(e->best().variant(), "unloaded");
+  EXPECT_EQ(e->runner_up().median_ns(), 200);
+  EXPECT_NE(db.FindTrial(Key(8, 1000, 10), "sort", 1, Choice("method", "nth_element")), nullptr);
+}
+
+// ---- Queries -------------------------------------------------------------------------
+
+using Query = WithRegistry;
+
+TEST_F(Query, ExactHit) {
+  TuningDb db;
+  db.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 300));
+  db.AddTrial(Key(8, 1000, 10), Sort("nth_element", 200));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+  EXPECT_EQ(lut->size(), 1u);
+  EXPECT_THAT(lut->warnings(), IsEmpty());
+  for (const Dims& dims : {Dims{{"batch", 8}, {"n", 1000}, {"k", 10}},
+                           Dims{{"k", 10}, {"largest", 1}, {"n", 1000}, {"batch", 8}}}) {
+    absl::StatusOr<LutAnswer> a = lut->Query("topk", DType::kF32, dims, kMachine);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->match, Match::kExact);
+    EXPECT_EQ(a->kernel->name(), "topk/sort");
+    EXPECT_EQ(a->kernel->ConfigString(*a->config), "method=nth_element");
+    EXPECT_EQ(a->distance, 0);
+    EXPECT_EQ(a->trial->median_ns(), 200);
+    EXPECT_EQ(DimsString(*a->tuned_dims), "batch=8,n=1000,k=10");
+    EXPECT_THAT(a->warnings, IsEmpty());
+  }
+  EXPECT_EQ(MatchName(Match::kExact), "exact");
+}
+
+TEST_F(Query, ExactLookupAllocatesNothing) {
+  TuningDb db;
+  for (int i = 0; i < 100; ++i) db.AddTrial(Key(8, 1000 + i, 10), Sort("nth_element", 200));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok());
+  const Dims dims = {{"batch", 8}, {"n", 1050}, {"k", 10}};
+  const long before = g_allocations.load();
+  absl::StatusOr<LutAnswer> a = lut->Query("topk", DType::kF32, dims, kMachine);
+  const long after = g_allocations.load();
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->match, Match::kExact);
+  EXPECT_EQ(after - before, 0);
+}
+
+TEST_F(Query, NearestIsTheCloserTunedShapeInLog2) {
+  TuningDb db;
+  db.AddTrial(Key(8, 1000, 10), Sort("nth_element", 200));
+  db.AddTrial(Key(8, 100000, 10), Radix(11, 9000));
+  db.AddTrial(Key(8, 1000, 10, "another_machine"), Radix(10, 1));  // other machine: ignored
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok());
+  absl::StatusOr<LutAnswer> a =
+      lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 20000}, {"k", 10}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kNearest);
+  EXPECT_EQ(a->kernel->name(), "topk/radix");  // log2: 20000 is nearer 100000 than 1000
+  EXPECT_EQ(a->kernel->ConfigString(*a->config), "first_bits=11 round_bits=8 capacity=4096");
+  EXPECT_EQ(DimsString(*a->tuned_dims), "batch=8,n=100000,k=10");
+  EXPECT_NEAR(a->distance, std::log2(100001.0) - std::log2(20001.0), 1e-4);
+  a = lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 5000}, {"k", 10}}, kMachine);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->kernel->name(), "topk/sort");
+  EXPECT_NEAR(a->distance, std::log2(5001.0) - std::log2(1001.0), 1e-4);
+  // Distance sums over dims.
+  a = lut->Query("topk", DType::kF32, {{"batch", 64}, {"n", 1000}, {"k", 10}}, kMachine);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->kernel->name(), "topk/sort");
+  EXPECT_NEAR(a->distance, std::log2(65.0) - std::log2(9.0), 1e-4);
+  // Another dtype, data class or dim set has nothing near: the default.
+  for (auto [dtype, dims, data_class] :
+       {std::tuple{DType::kBF16, Dims{{"batch", 8}, {"n", 1000}, {"k", 10}}, ""},
+        std::tuple{DType::kF32, Dims{{"batch", 8}, {"n", 1000}, {"k", 10}}, "dist=ties"},
+        std::tuple{DType::kF32, Dims{{"batch", 8}, {"n", 1000}, {"k", 10}, {"largest", 0}}, ""}}) {
+    a = lut->Query("topk", dtype, dims, kMachine, data_class);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->match, Match::kDefault) << DimsString(dims);
+  }
+}
+
+TEST_F(Query, DefaultWhenNothingIsTuned) {
+  absl::StatusOr<Lut> lut = Lut::Build(TuningDb(), *registry_);
+  ASSERT_TRUE(lut.ok());
+  absl::StatusOr<LutAnswer> a =
+      lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1000}, {"k", 10}}, ThisMachine().id());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kDefault);
+  EXPECT_EQ(a->kernel->name(), "topk/radix");
+  EXPECT_EQ(*a->config, a->kernel->DefaultConfig());
+  EXPECT_EQ(a->tuned_dims, nullptr);
+  EXPECT_EQ(a->trial, nullptr);
+  // A preference list picks another default; a variant whose default is
+  // illegal for the shape is passed over.
+  LutOptions options;
+  options.default_variants = {{"topk", {"tiled", "sort"}}};
+  lut = Lut::Build(TuningDb(), *registry_, options);
+  ASSERT_TRUE(lut.ok());
+  a = lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->kernel->name(), "topk/tiled");  // default tile=4 <= 10
+  a = lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1000}, {"k", 2}}, kMachine);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->kernel->name(), "topk/sort");  // tile=4 > k=2
+  // Shapes no kernel takes, and ops nobody implements.
+  a = lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 10}, {"k", 11}}, kMachine);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(a.status().message(), HasSubstr("k=11"));
+  a = lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 10}, {"q", 1}}, kMachine);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  a = lut->Query("gmm", DType::kF32, {{"m", 8}}, kMachine);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(Query, NearestSkipsAConfigIllegalForTheAskedShape) {
+  TuningDb db;
+  db.AddTrial(Key(8, 1000, 16), Tiled(16, 100));  // nearest to k=12, but tile 16 > 12
+  db.AddTrial(Key(8, 1000, 4), Sort("nth_element", 100));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok());
+  EXPECT_EQ(lut->size(), 2u);
+  absl::StatusOr<LutAnswer> a =
+      lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1000}, {"k", 12}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kNearest);
+  EXPECT_EQ(a->kernel->name(), "topk/sort");
+  EXPECT_EQ(DimsString(*a->tuned_dims), "batch=8,n=1000,k=4");
+  EXPECT_THAT(a->warnings,
+              ElementsAre(AllOf(HasSubstr("batch=8,n=1000,k=16"), HasSubstr("topk/tiled tile=16"),
+                                HasSubstr("tile=16 exceeds k=12"))));
+  // Where it is legal, the nearer entry answers.
+  a = lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1000}, {"k", 20}}, kMachine);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->kernel->name(), "topk/tiled");
+  EXPECT_THAT(a->warnings, IsEmpty());
+}
+
+TEST_F(Query, NearestSearchesPastManyIllegalEntries) {
+  // Twenty entries nearer than the only legal one: more than one search pass.
+  TuningDb db;
+  for (int i = 0; i < 20; ++i) db.AddTrial(Key(8, 1000 + i, 64), Tiled(64, 100));
+  db.AddTrial(Key(8, 1000, 2), Sort("nth_element", 100));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok());
+  absl::StatusOr<LutAnswer> a =
+      lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1010}, {"k", 32}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->kernel->name(), "topk/sort");
+  EXPECT_THAT(a->warnings, SizeIs(20));
+}
+
+TEST_F(Query, StaleEntriesAreSkippedWithAWarning) {
+  TuningDb db;
+  db.AddTrial(Key(8, 1000, 10), Sort("nth_element", 100, 1, /*version=*/2));  // stale, nearest
+  db.AddTrial(Key(8, 4000, 10), Radix(11, 900));
+  // The fastest trial is stale, a current one remains: that one answers.
+  db.AddTrial(Key(1, 50, 5), Sort("nth_element", 10, 1, /*version=*/2));
+  db.AddTrial(Key(1, 50, 5), Sort("partial_sort", 20));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok());
+  EXPECT_EQ(lut->size(), 2u);
+  EXPECT_THAT(
+      lut->warnings(),
+      ElementsAre(AllOf(HasSubstr("stale entry topk f32 batch=8,n=1000,k=10"),
+                        HasSubstr("topk/sort v2 was tuned, v1 is loaded"), HasSubstr("skipped")),
+                  AllOf(HasSubstr("batch=1,n=50,k=5"), HasSubstr("answering from topk/sort v1"))));
+  // Exactly the stale key: not exact; the nearest current entry answers.
+  absl::StatusOr<LutAnswer> a =
+      lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kNearest);
+  EXPECT_EQ(a->kernel->name(), "topk/radix");
+  EXPECT_THAT(a->warnings, ElementsAre(HasSubstr("stale entry topk f32 batch=8,n=1000,k=10")));
+  // Near the stale key: the same.
+  a = lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1100}, {"k", 10}}, kMachine);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->kernel->name(), "topk/radix");
+  EXPECT_THAT(a->warnings, ElementsAre(HasSubstr("stale entry")));
+  a = lut->Query("topk", DType::kF32, {{"batch", 1}, {"n", 50}, {"k", 5}}, kMachine);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->match, Match::kExact);
+  EXPECT_EQ(a->kernel->ConfigString(*a->config), "method=partial_sort");
+}
+
+TEST_F(Query, UnregisteredVariantsAndBadConfigsAreSkipped) {
+  TuningDb db;
+  db.AddTrial(Key(8, 1000, 10), MakeTrial("warp_select", tuning::Config(), 1));
+  db.AddTrial(Key(8, 1001, 10), Sort("bogo_sort", 1));
+  db.AddTrial(Key(8, 5000, 10), Sort("partial_sort", 100));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok());
+  EXPECT_EQ(lut->size(), 1u);
+  absl::StatusOr<LutAnswer> a =
+      lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kNearest);
+  EXPECT_EQ(DimsString(*a->tuned_dims), "batch=8,n=5000,k=10");
+  EXPECT_THAT(a->warnings,
+              ElementsAre(HasSubstr("topk/warp_select is not registered"), HasSubstr("bogo_sort")));
+}
+
+TEST_F(Query, FromALoadedFileAndFast) {
+  // 10,000 entries on a grid; exact and nearest lookups.
+  TuningDb db;
+  std::vector<Dims> tuned;
+  for (int b = 0; b < 10; ++b) {
+    for (int n = 0; n < 40; ++n) {
+      for (int k = 0; k < 25; ++k) {
+        const int64_t batch = 1 << b, len = 1000 + 997 * n * n, kk = 1 + 3 * k;
+        db.AddTrial(Key(batch, len, kk), (b + n + k) % 2 ? Sort("nth_element", 1) : Radix(11, 1));
+        tuned.push_back({{"batch", batch}, {"n", len}, {"k", kk}});
+      }
+    }
+  }
+  std::string dir = TempDir("fast");
+  ASSERT_TRUE(db.Save(dir + "/t.kdb").ok());
+  absl::StatusOr<TuningDb> loaded = TuningDb::Load(dir + "/t.kdb");
+  ASSERT_TRUE(loaded.ok());
+  absl::StatusOr<Lut> lut = Lut::Build(*loaded, *registry_);
+  ASSERT_TRUE(lut.ok());
+  ASSERT_EQ(lut->size(), 10000u);
+  std::vector<Dims> untuned;
+  std::mt19937 rng(1);
+  for (int i = 0; i < 1000; ++i) {
+    untuned.push_back({{"batch", 1 + static_cast<int64_t>(rng() % 600)},
+                       {"n", 1000 + static_cast<int64_t>(rng() % 1500000)},
+                       {"k", 1 + static_cast<int64_t>(rng() % 75)}});
+  }
+  // Nearest agrees with a brute-force scan.
+  for (int i = 0; i < 100; ++i) {
+    absl::StatusOr<LutAnswer> a = lut->Query("topk", DType::kF32, untuned[i], kMachine);
+    ASSERT_TRUE(a.ok());
+    ASSERT_EQ(a->match, Match::kNearest);
+    double best = 1e300;
+    for (const Dims& t : tuned) {
+      double d = 0;
+      for (int j = 0; j < 3; ++j) {
+        d += std::fabs(std::log2(t[j].second + 1.0) - std::log2(untuned[i][j].second + 1.0));
+      }
+      best = std::min(best, d);
+    }
+    EXPECT_NEAR(a->distance, best, 1e-3) << DimsString(untuned[i]);
+  }
+  auto time_ns = [&](const std::vector<Dims>& queries, Match want) {
+    const int rounds = 20;
+    auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < rounds; ++r) {
+      for (const Dims& q : queries) {
+        absl::StatusOr<LutAnswer> a = lut->Query("topk", DType::kF32, q, kMachine);
+        if (!a.ok() || a->match != want) ADD_FAILURE() << DimsString(q);
+      }
+    }
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+               .count() /
+           (rounds * queries.size());
+  };
+  std::vector<Dims> exact(tuned.begin(), tuned.begin() + 1000);
+  const double exact_ns = time_ns(exact, Match::kExact);
+  const double nearest_ns = time_ns(untuned, Match::kNearest);
+  RecordProperty("exact_ns", std::to_string(exact_ns));
+  RecordProperty("nearest_ns", std::to_string(nearest_ns));
+  std::printf("exact %.0f ns, nearest %.0f ns per query at 10k entries\n", exact_ns, nearest_ns);
+#ifdef NDEBUG
+  // Loose bounds (the targets are 100 ns and 2 us): they catch a lost index,
+  // not a slow machine.
+  EXPECT_LT(exact_ns, 1000);
+  EXPECT_LT(nearest_ns, 20000);
+#endif
+}
+
+}  // namespace
+}  // namespace kreg

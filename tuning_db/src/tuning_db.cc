@@ -1,0 +1,678 @@
+// TuningDb: machines, keys, configurations, and the database itself (files,
+// recording, merging, printing). The run-time lookup is in lut.cc.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "file_util.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/stubs/logging.h"
+#include "google/protobuf/text_format.h"
+#include "kreg/lut.h"
+
+namespace kreg {
+namespace {
+
+using tuning::Trial;
+
+// 64-bit FNV-1a: stable across processes, builds and compilers, unlike
+// absl::Hash, which is salted per process.
+uint64_t Fnv1a(absl::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!absl::StartsWith(line, "model name")) continue;
+    size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string model(absl::StripAsciiWhitespace(absl::string_view(line).substr(colon + 1)));
+    if (!model.empty()) return model;
+  }
+  return "unknown";
+}
+
+// A parameter value as text: "11", "5,8,12", "partial_sort".
+std::string ValueText(const tuning::ParamValue& p) {
+  switch (p.value_case()) {
+    case tuning::ParamValue::kIntValue:
+      return absl::StrCat(p.int_value());
+    case tuning::ParamValue::kListValue:
+      return absl::StrJoin(p.list_value().values(), ",");
+    case tuning::ParamValue::kChoice:
+      return p.choice();
+    case tuning::ParamValue::VALUE_NOT_SET:
+      break;
+  }
+  return "?";
+}
+
+// Identity strings (not for display): fields joined by separators that do not
+// occur in names, dims in name order so the order they were given in does not
+// matter.
+std::string KeyId(const tuning::ProblemKey& key) {
+  std::vector<std::string> dims;
+  for (const tuning::Dim& d : key.dims()) dims.push_back(absl::StrCat(d.name(), "=", d.value()));
+  std::sort(dims.begin(), dims.end());
+  return absl::StrCat(key.op(), "\x1f", key.dtype(), "\x1f", absl::StrJoin(dims, ","), "\x1f",
+                      key.machine_id(), "\x1f", key.data_class());
+}
+
+// `key` with canonical dims (CanonicalDims).
+tuning::ProblemKey CanonicalKey(const tuning::ProblemKey& key) {
+  tuning::ProblemKey out = key;
+  out.clear_dims();
+  for (const auto& [name, value] : CanonicalDims(key.op(), KeyDims(key))) {
+    tuning::Dim* d = out.add_dims();
+    d->set_name(name);
+    d->set_value(value);
+  }
+  return out;
+}
+
+std::string ConfigId(const tuning::Config& config) {
+  std::vector<std::string> params;
+  for (const tuning::ParamValue& p : config.params()) {
+    params.push_back(
+        absl::StrCat(p.name(), "\x1e", static_cast<int>(p.value_case()), "\x1e", ValueText(p)));
+  }
+  std::sort(params.begin(), params.end());
+  return absl::StrJoin(params, "\x1f");
+}
+
+std::string TrialId(absl::string_view variant, uint32_t version, const tuning::Config& config) {
+  return absl::StrCat(variant, "\x1d", version, "\x1d", ConfigId(config));
+}
+std::string TrialId(const Trial& t) {
+  return TrialId(t.variant(), t.variant_version(), t.config());
+}
+
+bool Eligible(const Trial& t) { return t.status() == Trial::OK && std::isfinite(t.median_ns()); }
+
+// Whether `a` ranks before `b` as a winner (both eligible).
+bool Faster(const Trial& a, absl::string_view a_id, const Trial& b, absl::string_view b_id) {
+  if (a.median_ns() != b.median_ns()) return a.median_ns() < b.median_ns();
+  return a_id < b_id;
+}
+
+std::string Duration(double ns) {
+  if (ns < 1e3) return absl::StrFormat("%.0f ns", ns);
+  if (ns < 1e6) return absl::StrFormat("%.3g us", ns / 1e3);
+  if (ns < 1e9) return absl::StrFormat("%.3g ms", ns / 1e6);
+  return absl::StrFormat("%.3g s", ns / 1e9);
+}
+
+// "radix v1 first_bits=11 round_bits=8 capacity=4096"
+std::string WinnerText(const Trial& t) {
+  std::string params = ConfigText(t.config());
+  return absl::StrCat(t.variant(), " v", t.variant_version(), params.empty() ? "" : " ", params);
+}
+
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (error.empty()) error = absl::StrCat("line ", line + 1, ":", column + 1, ": ", message);
+  }
+  std::string error;
+};
+
+// Parses one format; "" on success, else why not.
+std::string ParseAs(FileFormat format, absl::string_view bytes, tuning::Database* db) {
+  db->Clear();
+  if (format == FileFormat::kBinary) {
+    // Malformed UTF-8 in a string field makes protobuf log; a corrupt file is
+    // an error we return, not a log line.
+    google::protobuf::LogSilencer silence;
+    if (!db->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+      return "not a binary protobuf Database";
+    }
+    if (!db->has_entry_count()) return "no entry_count trailer (truncated?)";
+    return "";
+  }
+  google::protobuf::TextFormat::Parser parser;
+  FirstError errors;
+  parser.RecordErrorsTo(&errors);
+  google::protobuf::io::ArrayInputStream in(bytes.data(), static_cast<int>(bytes.size()));
+  if (!parser.Parse(&in, db)) return errors.error.empty() ? "not text format" : errors.error;
+  return "";
+}
+
+}  // namespace
+
+// ---- Machines ----------------------------------------------------------------
+
+std::string FingerprintId(const tuning::Machine& machine) {
+  std::string text = absl::StrCat(machine.cpu_model(), "\n", absl::StrJoin(machine.isa(), ","),
+                                  "\n", machine.cores());
+  return absl::StrFormat("%016x", Fnv1a(text));
+}
+
+const tuning::Machine& ThisMachine() {
+  static const tuning::Machine* const machine = [] {
+    auto* m = new tuning::Machine;
+    m->set_cpu_model(CpuModel());
+    uint32_t isa = CpuIsa();
+    if (isa != 0) {
+      for (absl::string_view name : absl::StrSplit(IsaString(isa), ',')) {
+        m->add_isa(std::string(name));
+      }
+    }
+    m->set_cores(std::max(1u, std::thread::hardware_concurrency()));
+    m->set_id(FingerprintId(*m));
+    return m;
+  }();
+  return *machine;
+}
+
+// ---- Keys and configurations --------------------------------------------------
+
+Dims CanonicalDims(absl::string_view op, const Dims& dims) {
+  const OpInfo* info = FindOp(op);
+  if (info == nullptr) return dims;
+  Dims out;
+  std::vector<bool> used(dims.size());
+  auto take = [&](absl::string_view name, const int64_t* default_value) {
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (used[i] || dims[i].first != name) continue;
+      used[i] = true;
+      if (default_value == nullptr || dims[i].second != *default_value) out.push_back(dims[i]);
+      return;
+    }
+  };
+  for (absl::string_view name : info->dim_names) take(name, nullptr);
+  for (const auto& [name, value] : info->attributes) take(name, &value);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (!used[i]) out.push_back(dims[i]);
+  }
+  return out;
+}
+
+tuning::ProblemKey MakeProblemKey(absl::string_view op, DType dtype, const Dims& dims,
+                                  absl::string_view machine_id, absl::string_view data_class) {
+  tuning::ProblemKey key;
+  key.set_op(std::string(op));
+  key.set_dtype(std::string(DTypeName(dtype)));
+  for (const auto& [name, value] : CanonicalDims(op, dims)) {
+    tuning::Dim* d = key.add_dims();
+    d->set_name(name);
+    d->set_value(value);
+  }
+  key.set_machine_id(std::string(machine_id));
+  key.set_data_class(std::string(data_class));
+  return key;
+}
+
+Dims KeyDims(const tuning::ProblemKey& key) {
+  Dims dims;
+  for (const tuning::Dim& d : key.dims()) dims.emplace_back(d.name(), d.value());
+  return dims;
+}
+
+std::string KeyString(const tuning::ProblemKey& key) {
+  std::string data =
+      key.data_class().empty() ? std::string() : absl::StrCat(" [", key.data_class(), "]");
+  return absl::StrCat(key.op(), " ", key.dtype(), " ", DimsString(KeyDims(key)), data, " @",
+                      key.machine_id());
+}
+
+tuning::Config ToProtoConfig(const Kernel& kernel, const Config& config) {
+  tuning::Config out;
+  for (size_t i = 0; i < kernel.num_params() && i < config.values().size(); ++i) {
+    const kreg_param_desc& p = kernel.param(i);
+    const ParamValue& v = config.values()[i];
+    tuning::ParamValue* pv = out.add_params();
+    pv->set_name(p.name);
+    if (p.kind == KREG_PARAM_INT) {
+      pv->set_int_value(v.value);
+    } else if (p.kind == KREG_PARAM_INT_LIST) {
+      pv->mutable_list_value()->mutable_values()->Add(v.list.begin(), v.list.end());
+    } else if (v.value >= 0 && static_cast<size_t>(v.value) < p.num_choices) {
+      pv->set_choice(p.choices[v.value]);
+    } else {
+      pv->set_choice(absl::StrCat("#", v.value));  // not a choice: refused on the way back
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<Config> FromProtoConfig(const Kernel& kernel, const tuning::Config& config) {
+  std::vector<ParamValue> values(kernel.num_params());
+  std::vector<bool> seen(kernel.num_params());
+  for (const tuning::ParamValue& pv : config.params()) {
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", pv.name(), "' of ", kernel.name(), ": ", why));
+    };
+    int i = kernel.FindParam(pv.name());
+    if (i < 0) return bad("no such parameter");
+    if (seen[i]) return bad("given twice");
+    seen[i] = true;
+    const kreg_param_desc& p = kernel.param(i);
+    auto legal = [&](int64_t x) {
+      return std::find(p.values, p.values + p.num_values, x) != p.values + p.num_values;
+    };
+    ParamValue& v = values[i];
+    if (p.kind == KREG_PARAM_INT) {
+      if (pv.value_case() != tuning::ParamValue::kIntValue) return bad("expected an integer");
+      if (!legal(pv.int_value())) return bad(absl::StrCat(pv.int_value(), " is not a legal value"));
+      v.value = pv.int_value();
+    } else if (p.kind == KREG_PARAM_INT_LIST) {
+      if (pv.value_case() != tuning::ParamValue::kListValue) return bad("expected an integer list");
+      for (int64_t x : pv.list_value().values()) {
+        if (!legal(x)) return bad(absl::StrCat(x, " is not a legal element"));
+        if (!v.list.empty() && x <= v.list.back()) return bad("the list must be increasing");
+        v.list.push_back(x);
+      }
+    } else {
+      if (pv.value_case() != tuning::ParamValue::kChoice) return bad("expected a choice name");
+      auto it = std::find_if(p.choices, p.choices + p.num_choices,
+                             [&](const char* c) { return pv.choice() == c; });
+      if (it == p.choices + p.num_choices) {
+        return bad(absl::StrCat("'", pv.choice(), "' is not a choice"));
+      }
+      v.value = it - p.choices;
+    }
+  }
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (!seen[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", kernel.param(i).name, "' of ", kernel.name(), " is missing"));
+    }
+  }
+  return Config(std::move(values));
+}
+
+std::string ConfigText(const tuning::Config& config) {
+  return absl::StrJoin(config.params(), " ", [](std::string* out, const tuning::ParamValue& p) {
+    absl::StrAppend(out, p.name(), "=", ValueText(p));
+  });
+}
+
+FileFormat FormatForPath(absl::string_view path) {
+  for (absl::string_view ext : {".txtpb", ".textproto", ".pbtxt"}) {
+    if (absl::EndsWith(path, ext)) return FileFormat::kText;
+  }
+  return FileFormat::kBinary;
+}
+
+// ---- Files ---------------------------------------------------------------------
+
+TuningDb::TuningDb() {
+  db_.set_schema_version(kSchemaVersion);
+  db_.set_entry_count(0);
+}
+
+absl::StatusOr<TuningDb> TuningDb::Load(const std::string& path) {
+  absl::StatusOr<std::string> bytes = internal::ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  return Parse(*bytes, path);
+}
+
+absl::StatusOr<TuningDb> TuningDb::Parse(absl::string_view bytes, absl::string_view name) {
+  auto loss = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat(name, ": not a kreg tuning database: ", why));
+  };
+  if (bytes.empty()) return loss("the file is empty");
+  FileFormat first = FormatForPath(name);
+  FileFormat second = first == FileFormat::kText ? FileFormat::kBinary : FileFormat::kText;
+  tuning::Database db;
+  std::string why = ParseAs(first, bytes, &db);
+  // A file that parses but carries no schema_version is foreign: try the
+  // other format before giving up.
+  if (!why.empty() || db.schema_version() == 0) {
+    tuning::Database other;
+    std::string other_why = ParseAs(second, bytes, &other);
+    if (other_why.empty() && other.schema_version() != 0) {
+      db = std::move(other);
+      why.clear();
+    } else if (why.empty()) {
+      why = "no schema_version";
+    } else {
+      why = absl::StrCat(why, "; as ", first == FileFormat::kText ? "binary" : "text", ": ",
+                         other_why.empty() ? "no schema_version" : other_why);
+    }
+  }
+  if (!why.empty()) return loss(why);
+  if (db.has_entry_count() && db.entry_count() != static_cast<uint64_t>(db.entries_size())) {
+    return loss(absl::StrCat("entry_count says ", db.entry_count(), " entries, the file holds ",
+                             db.entries_size(), " (truncated?)"));
+  }
+  absl::StatusOr<TuningDb> out = FromProto(std::move(db));
+  if (!out.ok()) return absl::DataLossError(absl::StrCat(name, ": ", out.status().message()));
+  return out;
+}
+
+absl::StatusOr<TuningDb> TuningDb::FromProto(tuning::Database database) {
+  if (database.schema_version() == 0) {
+    return absl::DataLossError("no schema_version: not a kreg tuning database");
+  }
+  if (database.schema_version() > kSchemaVersion) {
+    return absl::DataLossError(absl::StrCat("schema_version ", database.schema_version(),
+                                            " is newer than this kreg reads (", kSchemaVersion,
+                                            "); upgrade kreg"));
+  }
+  for (int i = 0; i < database.entries_size(); ++i) {
+    if (database.entries(i).key().op().empty()) {
+      return absl::DataLossError(absl::StrCat("entry ", i, " has no op"));
+    }
+  }
+  TuningDb out;
+  for (tuning::Machine& m : *database.mutable_machines()) out.AddMachine(std::move(m));
+  for (tuning::Entry& e : *database.mutable_entries()) {
+    const int index = out.FindOrAddEntry(e.key());
+    tuning::Entry* entry = out.db_.mutable_entries(index);
+    // A slim file's only trials are its winners.
+    for (const Trial& t : e.trials()) out.PutTrial(index, t, /*keep_newer=*/true);
+    if (e.has_best()) out.PutTrial(index, e.best(), /*keep_newer=*/true);
+    if (e.has_runner_up()) out.PutTrial(index, e.runner_up(), /*keep_newer=*/true);
+    if (e.tuned_at() >= entry->tuned_at()) {
+      entry->set_tool_version(e.tool_version());
+      entry->set_strategy(e.strategy());
+      entry->set_tuned_at(e.tuned_at());
+    }
+  }
+  for (int i = 0; i < out.db_.entries_size(); ++i) out.RecomputeWinners(i);
+  return out;
+}
+
+absl::Status TuningDb::Save(const std::string& path, const SaveOptions& options) const {
+  const tuning::Database* db = &db_;
+  tuning::Database slim;
+  if (options.winners_only) {
+    slim = db_;
+    for (tuning::Entry& e : *slim.mutable_entries()) e.clear_trials();
+    db = &slim;
+  }
+  std::string bytes;
+  if (FormatForPath(path) == FileFormat::kText) {
+    if (!google::protobuf::TextFormat::PrintToString(*db, &bytes)) {
+      return absl::InternalError(absl::StrCat("cannot print ", path, " as text"));
+    }
+  } else if (!db->SerializeToString(&bytes)) {
+    return absl::InternalError(absl::StrCat("cannot serialise ", path));
+  }
+  absl::StatusOr<internal::FileLock> lock = internal::FileLock::Acquire(path);
+  if (!lock.ok()) return lock.status();
+  internal::RemoveStaleTemporaries(path);
+  return internal::AtomicWrite(path, bytes);
+}
+
+absl::Status TuningDb::SaveMerged(const std::string& path) {
+  absl::StatusOr<internal::FileLock> lock = internal::FileLock::Acquire(path);
+  if (!lock.ok()) return lock.status();
+  internal::RemoveStaleTemporaries(path);
+  absl::StatusOr<TuningDb> current = Load(path);
+  if (!current.ok() && !absl::IsNotFound(current.status())) return current.status();
+  TuningDb merged = current.ok() ? *std::move(current) : TuningDb();
+  merged.MergeFrom(*this);
+  std::string bytes;
+  if (FormatForPath(path) == FileFormat::kText) {
+    if (!google::protobuf::TextFormat::PrintToString(merged.db_, &bytes)) {
+      return absl::InternalError(absl::StrCat("cannot print ", path, " as text"));
+    }
+  } else if (!merged.db_.SerializeToString(&bytes)) {
+    return absl::InternalError(absl::StrCat("cannot serialise ", path));
+  }
+  if (absl::Status s = internal::AtomicWrite(path, bytes); !s.ok()) return s;
+  *this = std::move(merged);
+  return absl::OkStatus();
+}
+
+// ---- Recording -------------------------------------------------------------------
+
+void TuningDb::AddMachine(tuning::Machine machine) {
+  if (machine.id().empty()) machine.set_id(FingerprintId(machine));
+  for (tuning::Machine& m : *db_.mutable_machines()) {
+    if (m.id() == machine.id()) {
+      m = std::move(machine);
+      return;
+    }
+  }
+  *db_.add_machines() = std::move(machine);
+}
+
+int TuningDb::FindOrAddEntry(const tuning::ProblemKey& key) {
+  tuning::ProblemKey canonical = CanonicalKey(key);
+  auto [it, added] = entries_.try_emplace(KeyId(canonical), db_.entries_size());
+  if (added) {
+    *db_.add_entries()->mutable_key() = std::move(canonical);
+    index_.emplace_back();
+    db_.set_entry_count(static_cast<uint64_t>(db_.entries_size()));
+  }
+  return it->second;
+}
+
+int TuningDb::FindEntryIndex(const tuning::ProblemKey& key) const {
+  auto it = entries_.find(KeyId(CanonicalKey(key)));
+  return it == entries_.end() ? -1 : it->second;
+}
+
+void TuningDb::AddTrial(const tuning::ProblemKey& key, const Trial& trial) {
+  PutTrial(FindOrAddEntry(key), trial, /*keep_newer=*/false);
+}
+
+void TuningDb::SetTuningInfo(const tuning::ProblemKey& key, absl::string_view tool_version,
+                             absl::string_view strategy, int64_t tuned_at) {
+  tuning::Entry* e = db_.mutable_entries(FindOrAddEntry(key));
+  e->set_tool_version(std::string(tool_version));
+  e->set_strategy(std::string(strategy));
+  e->set_tuned_at(tuned_at);
+}
+
+void TuningDb::PutTrial(int entry, const Trial& trial, bool keep_newer) {
+  tuning::Entry& e = *db_.mutable_entries(entry);
+  EntryIndex& index = index_[entry];
+  std::string id = TrialId(trial);
+  auto [it, added] = index.trials.try_emplace(id, e.trials_size());
+  const int i = it->second;
+  if (added) {
+    *e.add_trials() = trial;
+    index.ids.push_back(std::move(id));
+  } else {
+    if (keep_newer && e.trials(i).measured_at() > trial.measured_at()) return;
+    *e.mutable_trials(i) = trial;
+    if (i == index.best || i == index.runner_up) {
+      RecomputeWinners(entry);  // the replaced trial held a place
+      return;
+    }
+  }
+  // Only the new trial can move: slot it in if it beats a winner.
+  if (!Eligible(trial)) return;
+  const std::string& tid = index.ids[i];
+  auto beats = [&](int other) {
+    return other < 0 || Faster(trial, tid, e.trials(other), index.ids[other]);
+  };
+  if (beats(index.best)) {
+    index.runner_up = index.best;
+    index.best = i;
+  } else if (beats(index.runner_up)) {
+    index.runner_up = i;
+  } else {
+    return;
+  }
+  SyncWinners(entry);
+}
+
+void TuningDb::RecomputeWinners(int entry) {
+  const tuning::Entry& e = db_.entries(entry);
+  EntryIndex& index = index_[entry];
+  index.best = index.runner_up = -1;
+  for (int i = 0; i < e.trials_size(); ++i) {
+    const Trial& t = e.trials(i);
+    if (!Eligible(t)) continue;
+    auto beats = [&](int other) {
+      return other < 0 || Faster(t, index.ids[i], e.trials(other), index.ids[other]);
+    };
+    if (beats(index.best)) {
+      index.runner_up = index.best;
+      index.best = i;
+    } else if (beats(index.runner_up)) {
+      index.runner_up = i;
+    }
+  }
+  SyncWinners(entry);
+}
+
+void TuningDb::SyncWinners(int entry) {
+  tuning::Entry& e = *db_.mutable_entries(entry);
+  const EntryIndex& index = index_[entry];
+  if (index.best >= 0) {
+    *e.mutable_best() = e.trials(index.best);
+  } else {
+    e.clear_best();
+  }
+  if (index.runner_up >= 0) {
+    *e.mutable_runner_up() = e.trials(index.runner_up);
+  } else {
+    e.clear_runner_up();
+  }
+}
+
+void TuningDb::Reindex() {
+  entries_.clear();
+  index_.assign(db_.entries_size(), EntryIndex());
+  for (int i = 0; i < db_.entries_size(); ++i) {
+    const tuning::Entry& e = db_.entries(i);
+    entries_.emplace(KeyId(e.key()), i);
+    for (int j = 0; j < e.trials_size(); ++j) {
+      std::string id = TrialId(e.trials(j));
+      index_[i].trials.emplace(id, j);
+      index_[i].ids.push_back(std::move(id));
+    }
+    RecomputeWinners(i);
+  }
+  db_.set_entry_count(static_cast<uint64_t>(db_.entries_size()));
+}
+
+const tuning::Entry* TuningDb::FindEntry(const tuning::ProblemKey& key) const {
+  int i = FindEntryIndex(key);
+  return i < 0 ? nullptr : &db_.entries(i);
+}
+
+const Trial* TuningDb::FindTrial(const tuning::ProblemKey& key, absl::string_view variant,
+                                 uint32_t variant_version, const tuning::Config& config) const {
+  int i = FindEntryIndex(key);
+  if (i < 0) return nullptr;
+  const EntryIndex& index = index_[i];
+  auto it = index.trials.find(TrialId(variant, variant_version, config));
+  return it == index.trials.end() ? nullptr : &db_.entries(i).trials(it->second);
+}
+
+int TuningDb::DropStale(const Registry& registry) {
+  int dropped = 0;
+  for (tuning::Entry& e : *db_.mutable_entries()) {
+    auto* trials = e.mutable_trials();
+    auto stale = [&](const Trial& t) {
+      absl::StatusOr<std::shared_ptr<const Kernel>> k =
+          registry.Get(absl::StrCat(e.key().op(), "/", t.variant()));
+      return k.ok() && (*k)->version() != t.variant_version();
+    };
+    auto keep = std::stable_partition(trials->begin(), trials->end(),
+                                      [&](const Trial& t) { return !stale(t); });
+    int n = static_cast<int>(trials->end() - keep);
+    dropped += n;
+    trials->DeleteSubrange(static_cast<int>(keep - trials->begin()), n);
+  }
+  if (dropped > 0) Reindex();
+  return dropped;
+}
+
+// ---- Combining ---------------------------------------------------------------------
+
+void TuningDb::MergeFrom(const TuningDb& other) {
+  for (const tuning::Machine& m : other.db_.machines()) AddMachine(m);
+  for (const tuning::Entry& theirs : other.db_.entries()) {
+    const int index = FindOrAddEntry(theirs.key());
+    tuning::Entry* mine = db_.mutable_entries(index);
+    for (const Trial& t : theirs.trials()) PutTrial(index, t, /*keep_newer=*/true);
+    if (theirs.tuned_at() >= mine->tuned_at()) {
+      mine->set_tool_version(theirs.tool_version());
+      mine->set_strategy(theirs.strategy());
+      mine->set_tuned_at(theirs.tuned_at());
+    }
+  }
+}
+
+TuningDb TuningDb::Merge(const TuningDb& a, const TuningDb& b) {
+  TuningDb out = a;
+  out.MergeFrom(b);
+  return out;
+}
+
+std::string TuningDb::Diff(const TuningDb& a, const TuningDb& b) {
+  std::vector<std::string> lines;
+  for (const tuning::Entry& ea : a.db_.entries()) {
+    const tuning::Entry* found = b.FindEntry(ea.key());
+    if (found == nullptr) {
+      lines.push_back(absl::StrCat("only in a: ", KeyString(ea.key())));
+      continue;
+    }
+    const tuning::Entry& eb = *found;
+    std::string wa = ea.has_best() ? TrialId(ea.best()) : "";
+    std::string wb = eb.has_best() ? TrialId(eb.best()) : "";
+    if (wa != wb) {
+      lines.push_back(absl::StrCat("differs: ", KeyString(ea.key()),
+                                   ": a=", ea.has_best() ? WinnerText(ea.best()) : "none",
+                                   " b=", eb.has_best() ? WinnerText(eb.best()) : "none"));
+    }
+  }
+  for (const tuning::Entry& eb : b.db_.entries()) {
+    if (a.FindEntry(eb.key()) == nullptr) {
+      lines.push_back(absl::StrCat("only in b: ", KeyString(eb.key())));
+    }
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (const std::string& line : lines) absl::StrAppend(&out, line, "\n");
+  return out;
+}
+
+// ---- Reading -------------------------------------------------------------------------
+
+std::string TuningDb::ToText() const {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(db_, &text);
+  return text;
+}
+
+std::string TuningDb::Summary() const {
+  std::vector<std::string> lines;
+  for (const tuning::Entry& e : db_.entries()) {
+    std::string line = absl::StrCat(KeyString(e.key()), " -> ");
+    if (e.has_best()) {
+      absl::StrAppend(&line, WinnerText(e.best()), "  ", Duration(e.best().median_ns()));
+      if (e.has_runner_up()) {
+        absl::StrAppend(&line, " (runner-up ", e.runner_up().variant(), " ",
+                        Duration(e.runner_up().median_ns()), ", ");
+      } else {
+        absl::StrAppend(&line, " (");
+      }
+    } else {
+      absl::StrAppend(&line, "no OK trial (");
+    }
+    absl::StrAppend(&line, e.trials_size(), e.trials_size() == 1 ? " trial)" : " trials)");
+    lines.push_back(std::move(line));
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (const std::string& line : lines) absl::StrAppend(&out, line, "\n");
+  return out;
+}
+
+}  // namespace kreg
