@@ -12,4 +12,4 @@ rm -rf "$prefix"
 cmake --install build/release --prefix "$prefix" >/dev/null
 cmake -S examples -B build/example -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build build/example
-build/example/topk_example --plugin-path "$prefix/lib/kreg/plugins"
+build/example/topk_example --plugin-path "$prefix/lib/kreg/plugins" --db "$prefix/share/kreg/tables/topk.txtpb"

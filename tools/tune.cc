@@ -178,10 +178,9 @@ absl::Status TuneOne(const OpInfo& op, const Registry& registry, const Dims& ask
     const tuning::Config proto_config = ToProtoConfig(*c.kernel, c.config);
     const std::string variant(c.kernel->variant());
     Measurement m;
-    // Resume: a stored result of this (variant, version, config) is reused
-    // when it is a failure or was measured at least as thoroughly.
-    if (const tuning::Trial* t = db.FindTrial(key, variant, c.kernel->version(), proto_config);
-        t != nullptr && (t->status() != tuning::Trial::OK || t->reps() >= std::min(reps, search.reps))) {
+    // Resume: a stored result of this (variant, version, config) is reused;
+    // only full measurements and failures are ever stored.
+    if (const tuning::Trial* t = db.FindTrial(key, variant, c.kernel->version(), proto_config); t != nullptr) {
       m.status = FromProto(t->status());
       m.median_ns = t->median_ns();
       m.min_ns = t->min_ns();
@@ -216,14 +215,14 @@ absl::Status TuneOne(const OpInfo& op, const Registry& registry, const Dims& ask
       seen[i] = 1;
       ++done;
     }
-    if (m.ok() && reps >= search.reps && (best_name.empty() || m.median_ns < best_ns)) {
+    if (m.ok() && (best_name.empty() || m.median_ns < best_ns)) {
       best_ns = m.median_ns;
       best_name = absl::StrCat(c.kernel->name(), " ", c.kernel->ConfigString(c.config));
     }
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double eta = search.strategy == Strategy::kExhaustive
                            ? elapsed / static_cast<double>(done) * static_cast<double>(candidates.size() - done) : -1;
-    progress.Update(absl::StrFormat("[%d/%d] %s  best %s  %.0f s%s", done, candidates.size(), title,
+    progress.Update(absl::StrFormat("[%d/%d] %s  best so far %s  %.0f s%s", done, candidates.size(), title,
                                     best_name.empty() ? "-" : absl::StrCat(best_name, " ", Ms(best_ns)), elapsed,
                                     eta >= 0 ? absl::StrFormat(", ETA %.0f s", eta) : std::string()));
     return m;

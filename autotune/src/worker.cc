@@ -331,6 +331,7 @@ Measurement MeasureHere(const Kernel& kernel, const Config& config, int reps, co
       (void)kernel.Run(config, problems[turn++ % problems.size()]->args(), run_options);
     }
     const auto start = Clock::now();
+    std::vector<double> medians;  // the running median after each sample
     for (int i = 0; i < reps; ++i) {
       const void* args = problems[turn++ % problems.size()]->args();
       t0 = Clock::now();
@@ -341,7 +342,16 @@ Measurement MeasureHere(const Kernel& kernel, const Config& config, int reps, co
         return m;
       }
       times.push_back(Nanos(t1 - t0));
-      // A time cap, but never fewer than 3 samples.
+      std::vector<double> sorted = times;
+      std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+      medians.push_back(sorted[sorted.size() / 2]);
+      // Stop early once the median is stable (the last three running medians
+      // within 1%), or past the time cap; never before 5 samples.
+      const size_t k = medians.size();
+      if (k >= 5) {
+        const auto [lo, hi] = std::minmax({medians[k - 1], medians[k - 2], medians[k - 3]});
+        if (hi <= lo * 1.01) break;
+      }
       if (i >= 2 && std::chrono::duration<double>(t1 - start).count() > job.max_seconds_per_run) break;
     }
   }

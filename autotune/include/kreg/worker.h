@@ -12,7 +12,9 @@
 // In the worker every candidate's output is checked against the op's
 // reference (computed once per input) before any of its time counts; timed
 // runs rotate among several input buffers so caches do not flatter small
-// problems.
+// problems, after `warmup` untimed runs, and repeat up to `reps` times,
+// stopping early once the running median is stable (the last three within
+// 1%, at least 5 samples) or past max_seconds_per_run.
 //
 // Thread-safety: an IsolatedRunner is used from one thread at a time.
 #ifndef KREG_AUTOTUNE_WORKER_H_
