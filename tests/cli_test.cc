@@ -11,27 +11,14 @@
 #include "kreg/npy.h"
 #include "kreg/ops.h"
 #include "kreg/topk.h"
+#include "tests/run_kreg.h"
 
 namespace kreg {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Result {
-  int code;
-  std::string out;  // stdout and stderr together
-};
-
-Result Kreg(const std::string& args, const std::string& env = "") {
-  std::string cmd = env + " " + std::string(KREG_BIN) + " --plugin_path=" + KREG_PLUGIN_DIR + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
-}
+Result Kreg(const std::string& args, const std::string& env = "") { return RunKreg(KREG_PLUGIN_DIR, args, env); }
 
 std::string Dir(const std::string& name) {
   std::string dir = ::testing::TempDir() + "/kreg_cli_" + name;

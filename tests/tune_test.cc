@@ -13,29 +13,16 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kreg/lut.h"
+#include "tests/run_kreg.h"
 
 namespace kreg {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Result {
-  int code;
-  std::string out;
-};
-
 const std::string kPlugins = std::string(KREG_PLUGIN_DIR) + ":" + KREG_TEST_PLUGIN_DIR + "/faulty";
 
-Result Kreg(const std::string& args) {
-  std::string cmd = std::string(KREG_BIN) + " --plugin_path=" + kPlugins + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
-}
+Result Kreg(const std::string& args) { return RunKreg(kPlugins, args); }
 
 std::string Db(const std::string& name) {
   std::string path = ::testing::TempDir() + "/kreg_tune_" + name + ".lut";

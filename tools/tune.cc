@@ -220,8 +220,11 @@ absl::Status TuneOne(const OpInfo& op, const Registry& registry, const Dims& ask
       best_name = absl::StrCat(c.kernel->name(), " ", c.kernel->ConfigString(c.config));
     }
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // Exhaustive: by the pace so far; random and halving: by the budget.
     const double eta = search.strategy == Strategy::kExhaustive
-                           ? elapsed / static_cast<double>(done) * static_cast<double>(candidates.size() - done) : -1;
+                           ? elapsed / static_cast<double>(done) * static_cast<double>(candidates.size() - done)
+                       : search.budget_seconds > 0 ? std::max(0.0, search.budget_seconds - elapsed)
+                                                   : -1;
     progress.Update(absl::StrFormat("[%d/%d] %s  best so far %s  %.0f s%s", done, candidates.size(), title,
                                     best_name.empty() ? "-" : absl::StrCat(best_name, " ", Ms(best_ns)), elapsed,
                                     eta >= 0 ? absl::StrFormat(", ETA %.0f s", eta) : std::string()));
