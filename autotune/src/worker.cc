@@ -102,6 +102,14 @@ IsolatedRunner::IsolatedRunner(std::vector<std::string> command, WorkerJob job, 
 IsolatedRunner::~IsolatedRunner() { Kill(); }
 
 absl::Status IsolatedRunner::Spawn() {
+  // A worker that dies before reading its input must not take the tuner
+  // with it: writes to its pipe then fail with EPIPE instead of raising
+  // SIGPIPE. (Only a default disposition is changed.)
+  struct sigaction pipe_action {};
+  if (sigaction(SIGPIPE, nullptr, &pipe_action) == 0 && pipe_action.sa_handler == SIG_DFL) {
+    pipe_action.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &pipe_action, nullptr);
+  }
   int in[2], out[2];
   if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));

@@ -17,6 +17,8 @@
 // 1%, at least 5 samples) or past max_seconds_per_run.
 //
 // Thread-safety: an IsolatedRunner is used from one thread at a time.
+// Starting a worker sets SIGPIPE to SIG_IGN if it was at its default, so a
+// worker dying early shows up as an error rather than killing the caller.
 #ifndef KREG_AUTOTUNE_WORKER_H_
 #define KREG_AUTOTUNE_WORKER_H_
 
