@@ -293,6 +293,28 @@ TEST(TopKBlockwiseTest, ReportsTheDepthEachRowStoppedAt) {
   }
 }
 
+TEST(TopKBlockwiseTest, TiesPushedDownKeepTheirColumnOrder) {
+  // 16 blocks; block 0 holds columns 0, 16 and 32. Inserting 9 at column 32
+  // pushes (5, col 0) down onto the tied (5, col 16): the earlier column
+  // must stay ahead, or the row stops early with column 0 lost.
+  Tensor input(DType::kF32, {1, 48});
+  for (int c : {0, 1, 2, 16}) input.data_as<float>()[c] = 5.0f;
+  input.data_as<float>()[32] = 9.0f;
+  RunChecked("topk/blockwise", {{"num_blocks", "16"}, {"m_schedule", "2"}}, input, 3);
+  // The same on many small rows full of ties, at every block count.
+  Tensor ties(DType::kF32, {64, 300});
+  FillRandom(ties, Dist::kTies, 4);
+  for (const char* blocks : {"16", "32", "64"}) {
+    for (const char* schedule : {"2", "3", "2,4", "5,8,12"}) {
+      SCOPED_TRACE(absl::StrCat(blocks, " ", schedule));
+      for (int64_t k : {2, 5, 20}) {
+        RunChecked("topk/blockwise", {{"num_blocks", blocks}, {"m_schedule", schedule}}, ties, k);
+        RunChecked("topk/blockwise", {{"num_blocks", blocks}, {"m_schedule", schedule}}, ties, k, false);
+      }
+    }
+  }
+}
+
 TEST(TopKConformanceTest, AllWinnersInOneColumnStride) {
   // The blockwise seed's adversary: every 128th column holds the winners.
   Tensor input(DType::kF32, {2, 128 * 200});

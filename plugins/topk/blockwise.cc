@@ -82,12 +82,17 @@ KREG_AVX2 __m256i Scores8(const void* row, bool bf16, int64_t c, __m256i flip) {
 }
 
 // Inserts eight (score, column) pairs into the sorted columns of levels
-// sc[0], sc[nb], ..., sc[(m-1) nb] (eight blocks). Strictly greater moves
-// up, so an equal later column stays below: kreg's tie rule.
+// sc[0], sc[nb], ..., sc[(m-1) nb] (eight blocks). The new element enters
+// where it is strictly greater, so an equal one (always an earlier column)
+// stays above it: kreg's tie rule. Below that level every element moves down
+// one, unconditionally: the one pushed down precedes the one under it even
+// when their scores tie.
 KREG_AVX2 void Insert(int32_t* sc, int32_t* cc, int64_t m, int64_t nb, __m256i x, __m256i c) {
+  __m256i moved = _mm256_setzero_si256();
   for (int64_t j = 0; j < m; ++j, sc += nb, cc += nb) {
     const __m256i ts = Load(sc), tc = Load(cc);
-    const __m256i gt = _mm256_cmpgt_epi32(x, ts);
+    const __m256i gt = _mm256_or_si256(_mm256_cmpgt_epi32(x, ts), moved);
+    moved = gt;
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(sc), _mm256_blendv_epi8(ts, x, gt));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(cc), _mm256_blendv_epi8(tc, c, gt));
     x = _mm256_blendv_epi8(x, ts, gt);
@@ -180,7 +185,7 @@ kreg_status Run(const kreg_config* config, const void* args, void*, size_t, cons
 }  // namespace
 
 extern const kreg_kernel kBlockwiseKernel = {
-    sizeof(kreg_kernel), "topk", "blockwise", 1,
+    sizeof(kreg_kernel), "topk", "blockwise", 2,
     "blockwise superset: running top-m per column-strided block, then top-k of the superset",
     KREG_ISA_AVX2, kParams, 3, Check, nullptr, Run,
 };
