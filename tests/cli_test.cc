@@ -132,7 +132,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"flag_not_for_list", "list --reps 3", "--reps does not apply to 'kreg list'"},
         BadInput{"unknown_command", "frobnicate", "unknown command 'frobnicate'"},
         BadInput{"missing_plugin_path", "list --plugin_path=/nonexistent", "'/nonexistent' does not exist"},
-        BadInput{"unknown_flag", "list --bogus", "Unknown command line flag 'bogus'"}),
+        BadInput{"unknown_flag", "list --bogus", "Unknown command line flag 'bogus'"},
+        BadInput{"huge_dims", "run topk/sort --dims batch=1000000000,n=1000000000,k=1", "out of memory"},
+        BadInput{"list_value_not_declared", "run topk/blockwise --dims batch=2,n=100,k=3 --param m_schedule=7",
+                 "7 is not one of 2, 3, 4"}),
     [](const ::testing::TestParamInfo<BadInput>& p) { return std::string(p.param.name); });
 
 TEST(CliTest, ExitsCleanlyAfterCuttingOneRowAcrossThreads) {

@@ -393,7 +393,11 @@ int Main(int argc, char** argv) {
   for (const Command& command : kCommands) {
     if (name != command.name) continue;
     absl::Status status = CheckFlagsApply(command);
-    if (status.ok()) status = command.fn(Args(positional.begin() + 2, positional.end()));
+    try {
+      if (status.ok()) status = command.fn(Args(positional.begin() + 2, positional.end()));
+    } catch (const std::bad_alloc&) {
+      status = absl::ResourceExhaustedError("out of memory (are the dims what you meant?)");
+    }
     if (status.ok()) return 0;
     std::cerr << "kreg " << command.name << ": " << status.message() << "\n";
     return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

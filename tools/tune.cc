@@ -148,11 +148,8 @@ absl::Status TuneOne(const OpInfo& op, const Registry& registry, const Dims& ask
   for (const PluginInfo& p : registry.Plugins()) job.plugins.push_back(p.path);
   job.warmup = absl::GetFlag(FLAGS_warmup);
   job.threads = absl::GetFlag(FLAGS_threads);
-  char self[4096];
-  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len <= 0) return absl::InternalError("cannot find the kreg binary to run workers");
-  self[len] = '\0';
-  IsolatedRunner runner({self, "__worker"}, job, absl::GetFlag(FLAGS_timeout));
+  // This very binary, even if the file is replaced during the sweep.
+  IsolatedRunner runner({"/proc/self/exe", "__worker"}, job, absl::GetFlag(FLAGS_timeout));
   runner.set_stop(&interrupted);
 
   absl::StatusOr<Strategy> strategy = ParseStrategy(absl::GetFlag(FLAGS_strategy));
@@ -192,9 +189,12 @@ absl::Status TuneOne(const OpInfo& op, const Registry& registry, const Dims& ask
       m = runner.Measure(c.kernel->name(), c.kernel->ConfigPairs(c.config), reps);
       if (interrupted) return m;  // a candidate cut short by Ctrl-C is not a result
       ++measured;
+      if (!m.ok()) ++failed;
+      // Full measurements and the candidate's own failures are results;
+      // kError (the worker could not be started or set up, a kernel error)
+      // is not kept, so a later run tries again.
       const bool full = m.ok() && reps >= search.reps;
-      if (full || !m.ok()) {
-        if (!m.ok()) ++failed;
+      if (full || (!m.ok() && m.status != TrialStatus::kError)) {
         tuning::Trial trial;
         trial.set_variant(variant);
         trial.set_variant_version(c.kernel->version());

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -111,8 +112,12 @@ absl::Status IsolatedRunner::Spawn() {
     sigaction(SIGPIPE, &pipe_action, nullptr);
   }
   int in[2], out[2];
-  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  if (pipe2(in, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    const int err = errno;
+    close(in[0]);
+    close(in[1]);
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(err)));
   }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -150,7 +155,7 @@ absl::Status IsolatedRunner::Spawn() {
 
 void IsolatedRunner::Kill() {
   if (pid_ <= 0) return;
-  kill(pid_, SIGKILL);
+  kill(-pid_, SIGKILL);  // its process group: whatever a kernel started too
   int status;
   while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
@@ -160,9 +165,18 @@ void IsolatedRunner::Kill() {
 }
 
 std::string IsolatedRunner::ExitReason() {
+  // It closed its output; give it a moment to exit, then make sure.
   int status = 0;
-  pid_t r;
-  while ((r = waitpid(pid_, &status, 0)) < 0 && errno == EINTR) {
+  pid_t r = 0;
+  for (int i = 0; i < 100 && r == 0; ++i) {
+    r = waitpid(pid_, &status, WNOHANG);
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (r < 0 && errno == EINTR) r = 0;
+  }
+  if (r == 0) {
+    kill(-pid_, SIGKILL);
+    while ((r = waitpid(pid_, &status, 0)) < 0 && errno == EINTR) {
+    }
   }
   close(to_);
   close(from_);
@@ -375,11 +389,16 @@ Measurement MeasureHere(const Kernel& kernel, const Config& config, int reps, co
 
 }  // namespace
 
-int WorkerMain(int in_fd, int out_fd) {
+int WorkerMain(int in_fd, int protocol_fd) {
   // Die with the tuner, even if it is killed outright.
   const pid_t parent = getppid();
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) return 1;
+  // The protocol gets its own descriptor; whatever a kernel prints to
+  // stdout goes to stderr instead of into the protocol.
+  const int out_fd = protocol_fd == 1 ? dup(1) : protocol_fd;
+  if (out_fd < 0) return 1;
+  if (protocol_fd == 1) dup2(2, 1);
   LineReader in(in_fd);
   std::string line;
   auto fatal = [&](absl::string_view why) {
@@ -419,6 +438,8 @@ int WorkerMain(int in_fd, int out_fd) {
     if (!p.ok()) return fatal(p.status().message());
     problems.push_back(*std::move(p));
   }
+  // The reference is computed now, before any candidate's clock starts.
+  (void)problems[0]->CheckOutputs();
 
   while (in.Next(&line)) {
     std::vector<std::string> f = absl::StrSplit(line, '\t');

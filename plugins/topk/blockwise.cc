@@ -136,9 +136,8 @@ inline uint64_t SlotKey(const Blocks& b, int64_t nb, int64_t j, int64_t i) {
   return c < 0 ? 0 : Pack(static_cast<uint32_t>(b.score[j * nb + i]) ^ 0x80000000u, c);
 }
 
-kreg_status Run(const kreg_config* config, const void* args, void*, size_t, const kreg_host* host, char* msg,
+kreg_status Run(const kreg_topk_args& a, const kreg_config* config, const kreg_host* host, char* msg,
                 size_t cap) {
-  const kreg_topk_args& a = *static_cast<const kreg_topk_args*>(args);
   const bool bf16 = IsBf16(a);
   const int64_t nb = config->values[0].value;
   std::vector<int64_t> schedule;
@@ -187,7 +186,7 @@ kreg_status Run(const kreg_config* config, const void* args, void*, size_t, cons
 extern const kreg_kernel kBlockwiseKernel = {
     sizeof(kreg_kernel), "topk", "blockwise", 2,
     "blockwise superset: running top-m per column-strided block, then top-k of the superset",
-    KREG_ISA_AVX2, kParams, 3, Check, nullptr, Run,
+    KREG_ISA_AVX2, kParams, 3, Check, nullptr, GuardedRun<Run>,
 };
 
 }  // namespace kreg::topk

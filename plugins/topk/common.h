@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
+#include <new>
 #include <functional>
 #include <vector>
 
@@ -189,6 +191,33 @@ kreg_status SelectRows(const kreg_topk_args& a, const kreg_host* host, Select&& 
 inline kreg_status Fail(kreg_status code, char* msg, size_t cap, const char* text) {
   std::snprintf(msg, cap, "%s", text);
   return code;
+}
+
+// Runs body() (which returns a kreg_status) and turns any exception
+// escaping it — oneTBB rethrows those of its tasks — into a status: nothing
+// may unwind through the C ABI.
+template <typename Body>
+kreg_status Guarded(char* msg, size_t cap, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Fail(KREG_RESOURCE_EXHAUSTED, msg, cap, "out of memory");
+  } catch (const std::exception& e) {
+    return Fail(KREG_INTERNAL, msg, cap, e.what());
+  } catch (...) {
+    return Fail(KREG_INTERNAL, msg, cap, "unknown exception");
+  }
+}
+
+// A topk variant's body: the args already cast.
+using TopKBody = kreg_status (*)(const kreg_topk_args& a, const kreg_config* config, const kreg_host* host,
+                                 char* msg, size_t cap);
+
+// The kreg_kernel.run of a variant: Body, with every exception caught.
+template <TopKBody Body>
+kreg_status GuardedRun(const kreg_config* config, const void* args, void*, size_t, const kreg_host* host,
+                       char* msg, size_t cap) {
+  return Guarded(msg, cap, [&] { return Body(*static_cast<const kreg_topk_args*>(args), config, host, msg, cap); });
 }
 
 // What a variant's run returns for SelectRows' status.

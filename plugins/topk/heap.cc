@@ -84,9 +84,8 @@ __attribute__((target("avx2"))) void Scan(const void* row, bool bf16, int64_t c,
   for (; c < end; ++c) offer(c);
 }
 
-kreg_status Run(const kreg_config*, const void* args, void*, size_t, const kreg_host* host, char* msg,
+kreg_status Run(const kreg_topk_args& a, [[maybe_unused]] const kreg_config* config, const kreg_host* host, char* msg,
                 size_t cap) {
-  const kreg_topk_args& a = *static_cast<const kreg_topk_args*>(args);
   const bool bf16 = IsBf16(a);
   const kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
                                                std::vector<uint64_t>& heap) {
@@ -113,7 +112,7 @@ kreg_status Run(const kreg_config*, const void* args, void*, size_t, const kreg_
 extern const kreg_kernel kHeapKernel = {
     sizeof(kreg_kernel), "topk", "heap", 1,
     "min-heap of the k best with an AVX2 threshold prefilter (FAISS-style)",
-    KREG_ISA_AVX2, nullptr, 0, nullptr, nullptr, Run,
+    KREG_ISA_AVX2, nullptr, 0, nullptr, nullptr, GuardedRun<Run>,
 };
 
 }  // namespace kreg::topk

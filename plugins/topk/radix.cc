@@ -235,9 +235,8 @@ void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end
   SortByScore(out, s.tmp);
 }
 
-kreg_status Run(const kreg_config* config, const void* args, void*, size_t, const kreg_host* host, char* msg,
+kreg_status Run(const kreg_topk_args& a, const kreg_config* config, const kreg_host* host, char* msg,
                 size_t cap) {
-  const kreg_topk_args& a = *static_cast<const kreg_topk_args*>(args);
   const bool bf16 = IsBf16(a);
   const int first_bits = static_cast<int>(config->values[0].value);
   const int round_bits = static_cast<int>(config->values[1].value);
@@ -259,7 +258,7 @@ kreg_status Run(const kreg_config* config, const void* args, void*, size_t, cons
 extern const kreg_kernel kRadixKernel = {
     sizeof(kreg_kernel), "topk", "radix", 1,
     "radix select on order-preserving keys, exact when a bucket overflows the buffer",
-    0, kParams, 3, nullptr, nullptr, Run,
+    0, kParams, 3, nullptr, nullptr, GuardedRun<Run>,
 };
 
 }  // namespace kreg::topk

@@ -19,9 +19,8 @@ const kreg_param_desc kParams[] = {
      KREG_PARAM_CHOICE, nullptr, 0, kMethods, 2, kPartialSort, nullptr, 0},
 };
 
-kreg_status Run(const kreg_config* config, const void* args, void*, size_t, const kreg_host* host,
-                char* msg, size_t cap) {
-  const kreg_topk_args& a = *static_cast<const kreg_topk_args*>(args);
+kreg_status Run(const kreg_topk_args& a, const kreg_config* config, const kreg_host* host, char* msg,
+                size_t cap) {
   const bool bf16 = IsBf16(a);
   const int64_t method = config->values[0].value;
   const kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
@@ -41,7 +40,7 @@ kreg_status Run(const kreg_config* config, const void* args, void*, size_t, cons
 
 extern const kreg_kernel kSortKernel = {
     sizeof(kreg_kernel), "topk", "sort", 1, "sort each row's keys (the reference schedule)",
-    0, kParams, 1, nullptr, nullptr, Run,
+    0, kParams, 1, nullptr, nullptr, GuardedRun<Run>,
 };
 
 }  // namespace kreg::topk

@@ -88,6 +88,16 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
     }
     shape.push_back(n);
   }
+  absl::StatusOr<size_t> bytes = CheckedBytes(dtype, shape);
+  if (!bytes.ok()) return Bad(path, absl::StrCat("shape (", dims, ") is too large"));
+  const std::streampos data_start = in.tellg();
+  in.seekg(0, std::ios::end);
+  const std::streamoff available = in.tellg() - data_start;
+  in.seekg(data_start);
+  if (available < 0 || static_cast<size_t>(available) < *bytes) {
+    return Bad(path, absl::StrCat("truncated data: expected ", *bytes, " bytes for shape (", dims, "), found ",
+                                  available < 0 ? 0 : available));
+  }
   Tensor t(dtype, shape);
   if (!in.read(static_cast<char*>(t.data()), static_cast<std::streamsize>(t.nbytes()))) {
     return Bad(path, absl::StrCat("truncated data: expected ", t.nbytes(),

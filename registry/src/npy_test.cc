@@ -67,6 +67,12 @@ TEST(NpyTest, BadFilesGiveClearErrors) {
             "truncated data: expected 16 bytes"},
            {"{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }\n", "", "bad shape"},
            {"{'fortran_order': False, 'shape': (1,), }\n", "", "no 'descr'"},
+           // A shape whose size overflows, or far exceeds the file: refused
+           // before anything is allocated.
+           {"{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }\n",
+            std::string(64, '\0'), "is too large"},
+           {"{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000), }\n", std::string(64, '\0'),
+            "truncated data: expected 40000000000 bytes"},
        }) {
     WriteRaw(Path("bad.npy"), bad.header, bad.data);
     absl::StatusOr<Tensor> t = ReadNpy(Path("bad.npy"));

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdlib>
 #include <filesystem>
@@ -296,6 +297,7 @@ absl::StatusOr<Config> Kernel::ParseConfig(
       for (absl::string_view item : absl::StrSplit(text, absl::ByAnyChar(",:"), absl::SkipEmpty())) {
         int64_t x;
         if (!absl::SimpleAtoi(item, &x)) return bad(absl::StrCat("'", item, "' is not an integer"));
+        if (!legal(x)) return bad(absl::StrCat(x, " is not one of ", legal_list));
         if (!v.list.empty() && x <= v.list.back()) return bad("the list must be increasing");
         v.list.push_back(x);
       }
@@ -340,6 +342,23 @@ absl::Status Kernel::Check(const Config& config, const void* args) const {
     return absl::InvalidArgumentError(absl::StrCat(
         name_, " takes ", num_params(), " parameters, the config has ", config.values().size()));
   }
+  // Every value is one the descriptor declares, so kernels never see others.
+  for (size_t i = 0; i < num_params(); ++i) {
+    const kreg_param_desc& p = param(i);
+    const ParamValue& v = config.values()[i];
+    auto declared = [&](int64_t x) {
+      return std::find(p.values, p.values + p.num_values, x) != p.values + p.num_values;
+    };
+    bool ok = true;
+    if (p.kind == KREG_PARAM_INT) ok = declared(v.value);
+    if (p.kind == KREG_PARAM_CHOICE) ok = v.value >= 0 && static_cast<size_t>(v.value) < p.num_choices;
+    if (p.kind == KREG_PARAM_INT_LIST) {
+      for (size_t j = 0; j < v.list.size() && ok; ++j) ok = declared(v.list[j]) && (j == 0 || v.list[j] > v.list[j - 1]);
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(name_, ": parameter '", p.name, "' holds a value it does not declare"));
+    }
+  }
   if (desc_->check == nullptr) return absl::OkStatus();
   char msg[512] = "";
   kreg_status code = desc_->check(Config::AbiView(config).get(), args, msg, sizeof msg);
@@ -349,7 +368,7 @@ absl::Status Kernel::Check(const Config& config, const void* args) const {
 }
 
 namespace {
-int PollCancel(void* ctx) { return *static_cast<const int*>(ctx); }
+int PollCancel(void* ctx) { return static_cast<const std::atomic<int>*>(ctx)->load(std::memory_order_relaxed); }
 }  // namespace
 
 absl::Status Kernel::Run(const Config& config, const void* args,
@@ -379,7 +398,7 @@ absl::Status Kernel::Run(const Config& config, const void* args,
   host.num_threads = options.num_threads;
   host.isa = CpuIsa();
   if (options.cancel_flag != nullptr) {
-    host.ctx = const_cast<int*>(options.cancel_flag);
+    host.ctx = const_cast<std::atomic<int>*>(options.cancel_flag);
     host.cancelled = PollCancel;
   }
   kreg_status code;

@@ -1,6 +1,7 @@
 #include "kreg/tensor.h"
 
 #include <cstdlib>
+#include <limits>
 #include <new>
 
 #include "absl/strings/str_cat.h"
@@ -64,18 +65,38 @@ absl::StatusOr<DType> FromDLDataType(DLDataType t) {
 
 void Tensor::Free::operator()(void* p) const { std::free(p); }
 
+absl::StatusOr<size_t> CheckedBytes(DType dtype, const std::vector<int64_t>& shape) {
+  size_t total = DTypeSize(dtype);
+  for (int64_t d : shape) {
+    if (d < 0) return absl::InvalidArgumentError("negative dimension");
+    if (d != 0 && total > std::numeric_limits<size_t>::max() / 2 / static_cast<size_t>(d)) {
+      return absl::ResourceExhaustedError("tensor size overflows");
+    }
+    total *= static_cast<size_t>(d);
+  }
+  return total;
+}
+
 Tensor::Tensor(DType dtype, std::vector<int64_t> shape)
     : dtype_(dtype), shape_(std::move(shape)) {
-  size_t bytes = nbytes();
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  absl::StatusOr<size_t> bytes = CheckedBytes(dtype_, shape_);
+  if (!bytes.ok()) throw std::bad_alloc();
+  const size_t rounded = (*bytes + 63) / 64 * 64 + (*bytes == 0 ? 64 : 0);
+  void* p = std::aligned_alloc(64, rounded);
   if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, rounded == 0 ? 64 : rounded);
+  std::memset(p, 0, rounded);
   data_.reset(static_cast<unsigned char*>(p));
+  dl_.data = data_.get();
+  dl_.device = {kDLCPU, 0};
+  dl_.ndim = static_cast<int>(shape_.size());
+  dl_.dtype = ToDLDataType(dtype_);
+  dl_.shape = shape_.data();
+  dl_.strides = nullptr;
+  dl_.byte_offset = 0;
 }
 
 Tensor::Tensor(const Tensor& other) : Tensor(other.dtype_, other.shape_) {
-  std::memcpy(data(), other.data(), nbytes());
+  if (other.data_) std::memcpy(data(), other.data(), nbytes());
 }
 
 Tensor& Tensor::operator=(const Tensor& other) {
@@ -99,17 +120,6 @@ double Tensor::GetAsDouble(int64_t i) const {
       return data_as<int32_t>()[i];
   }
   return 0;
-}
-
-DLTensor* Tensor::dl() {
-  dl_.data = data_.get();
-  dl_.device = {kDLCPU, 0};
-  dl_.ndim = static_cast<int>(shape_.size());
-  dl_.dtype = ToDLDataType(dtype_);
-  dl_.shape = shape_.data();
-  dl_.strides = nullptr;
-  dl_.byte_offset = 0;
-  return &dl_;
 }
 
 std::string Tensor::ShapeString() const {

@@ -91,6 +91,9 @@ absl::Status ValidateTopK(const kreg_topk_args& a) {
   }
   const int64_t batch = a.input->shape[0], n = a.input->shape[1];
   if (batch < 0 || n < 0) return Bad("input has a negative dimension");
+  if (n > std::numeric_limits<int32_t>::max()) {
+    return Bad(absl::StrCat("n=", n, " exceeds the int32 range of the indices"));
+  }
   absl::StatusOr<DType> dtype = FromDLDataType(a.input->dtype);
   if (!dtype.ok() || *dtype == DType::kI32) return Bad("input must be f32 or bf16");
   if (absl::Status s = CheckTensor("input", a.input, *dtype, {batch, n}); !s.ok()) return s;
@@ -153,6 +156,7 @@ absl::StatusOr<kreg_topk_args> PrepareTopK(const Tensor& input, int64_t k, const
     return Bad(absl::StrCat("input must be 2-D [batch, n], got shape ", input.ShapeString()));
   }
   if (k < 0) return Bad(absl::StrCat("k=", k, " is negative"));
+  if (k > input.dim(1)) return Bad(absl::StrCat("k=", k, " exceeds the row length n=", input.dim(1)));
   *result = {Tensor(input.dtype(), {input.dim(0), k}), Tensor(DType::kI32, {input.dim(0), k})};
   kreg_topk_args args{};
   args.struct_size = sizeof args;
@@ -347,6 +351,7 @@ void DescribeTopK(const void* args, DType* dtype, Dims* dims) {
   *dtype = a.input->dtype.code == kDLBfloat ? DType::kBF16 : DType::kF32;
   *dims = {{"batch", a.input->shape[0]}, {"n", a.input->shape[1]}, {"k", a.k}};
   if (!a.largest) dims->emplace_back("largest", 0);
+  if (a.row_starts != nullptr || a.row_ends != nullptr) dims->emplace_back("ragged", 1);
 }
 
 }  // namespace

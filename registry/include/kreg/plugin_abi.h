@@ -154,7 +154,9 @@ typedef struct kreg_host {
  * values   [batch, k]  same dtype as input; strides[1] == 1.
  * indices  [batch, k]  int32 global column indices; strides[1] == 1.
  * stats    optional int32 [batch]: a per-row statistic the kernel documents
- *          (topk/blockwise: the depth m at which the row stopped).
+ *          (topk/blockwise: the depth d whose top-d of every block was the
+ *          superset, m-1 when the rule held at m, k when the row fell back;
+ *          a row cut into column chunks reports its deepest chunk).
  *
  * Order: NaN (either sign) compares above +inf; -0 equals +0; equal values
  * are ordered by ascending index. A row whose range holds fewer than k

@@ -12,6 +12,7 @@
 #ifndef KREG_REGISTRY_REGISTRY_H_
 #define KREG_REGISTRY_REGISTRY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -83,7 +84,7 @@ class Workspace {
 
 struct RunOptions {
   int num_threads = 0;             // 0: oneTBB's default
-  const int* cancel_flag = nullptr;  // non-zero asks the kernel to stop
+  const std::atomic<int>* cancel_flag = nullptr;  // non-zero asks the kernel to stop
   Workspace* workspace = nullptr;  // nullptr: a fresh one per call
 };
 

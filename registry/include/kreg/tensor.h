@@ -44,10 +44,16 @@ inline uint16_t FloatToBf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+// The bytes of a tensor of `shape`; InvalidArgument for a negative
+// dimension, ResourceExhausted when the size overflows.
+absl::StatusOr<size_t> CheckedBytes(DType dtype, const std::vector<int64_t>& shape);
+
 class Tensor {
  public:
   Tensor() = default;
-  // Zero-filled tensor. REQUIRES: every dimension >= 0.
+  // Zero-filled tensor. REQUIRES: every dimension >= 0. Throws
+  // std::bad_alloc when memory runs out or the size overflows (check sizes
+  // from untrusted input with CheckedBytes first).
   Tensor(DType dtype, std::vector<int64_t> shape);
 
   Tensor(Tensor&&) noexcept = default;
@@ -69,9 +75,10 @@ class Tensor {
   // Element i as float (f32, bf16) or int (i32) widened to double.
   double GetAsDouble(int64_t i) const;
 
-  // A DLPack view (compact strides). Valid while this tensor is unchanged.
-  DLTensor* dl();
-  const DLTensor* dl() const { return const_cast<Tensor*>(this)->dl(); }
+  // A DLPack view (compact strides), set up once at construction: it stays
+  // valid across moves, and reading it from many threads is safe.
+  DLTensor* dl() { return &dl_; }
+  const DLTensor* dl() const { return &dl_; }
 
   std::string ShapeString() const;  // "[8, 1000]"
 
