@@ -39,6 +39,11 @@ TEST(IsolatedRunnerTest, CrashesHangsAndWrongResultsAreRecordedAndTheSweepGoesOn
   EXPECT_GT(m.median_ns, 0);
   EXPECT_LE(m.min_ns, m.median_ns);
 
+  // Re-measured (as halving does): no second check, the repetitions asked.
+  m = runner.Measure("topk/faulty", {{"mode", "ok"}}, 3);
+  ASSERT_EQ(m.status, TrialStatus::kOk) << m.error;
+  EXPECT_EQ(m.reps, 3);
+
   m = runner.Measure("topk/faulty", {{"mode", "wrong"}}, 5);
   EXPECT_EQ(m.status, TrialStatus::kWrongResult);
   EXPECT_THAT(m.error, HasSubstr("row 0, position 0"));

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -316,8 +317,11 @@ constexpr size_t kRotateBelowBytes = size_t{64} << 20;
 
 double Nanos(Clock::duration d) { return std::chrono::duration<double, std::nano>(d).count(); }
 
-Measurement MeasureHere(const Kernel& kernel, const Config& config, int reps, const WorkerJob& job,
-                        std::vector<std::unique_ptr<Problem>>& problems) {
+// `verified`: this candidate's output already matched the reference on these
+// inputs in this worker (halving re-measures survivors), so its first run
+// need not be checked again.
+Measurement MeasureHere(const Kernel& kernel, const Config& config, int reps, bool verified,
+                        const WorkerJob& job, std::vector<std::unique_ptr<Problem>>& problems) {
   Measurement m;
   RunOptions run_options;
   run_options.num_threads = job.threads;
@@ -331,18 +335,22 @@ Measurement MeasureHere(const Kernel& kernel, const Config& config, int reps, co
   }
   // The checked run: poisoned outputs, then the reference. Its time is the
   // first sample.
-  first.PoisonOutputs();
-  auto t0 = Clock::now();
-  absl::Status s = kernel.Run(config, first.args(), run_options);
-  auto t1 = Clock::now();
-  if (!s.ok()) {
-    m.error = std::string(s.message());
-    return m;
-  }
-  if (absl::Status c = first.CheckOutputs(); !c.ok()) {
-    m.status = TrialStatus::kWrongResult;
-    m.error = std::string(c.message());
-    return m;
+  auto t0 = Clock::now(), t1 = t0;
+  absl::Status s;
+  if (!verified || reps <= 1) {
+    first.PoisonOutputs();
+    t0 = Clock::now();
+    s = kernel.Run(config, first.args(), run_options);
+    t1 = Clock::now();
+    if (!s.ok()) {
+      m.error = std::string(s.message());
+      return m;
+    }
+    if (absl::Status c = first.CheckOutputs(); !c.ok()) {
+      m.status = TrialStatus::kWrongResult;
+      m.error = std::string(c.message());
+      return m;
+    }
   }
   std::vector<double> times;
   if (reps <= 1) {
@@ -440,6 +448,7 @@ int WorkerMain(int in_fd, int protocol_fd) {
   }
   // The reference is computed now, before any candidate's clock starts.
   (void)problems[0]->CheckOutputs();
+  absl::flat_hash_set<std::string> verified;  // "kernel\tparams" that passed
 
   while (in.Next(&line)) {
     std::vector<std::string> f = absl::StrSplit(line, '\t');
@@ -459,7 +468,9 @@ int WorkerMain(int in_fd, int protocol_fd) {
       m.status = TrialStatus::kIllegal;
       m.error = std::string(config.status().message());
     } else {
-      m = MeasureHere(**kernel, *config, reps, *job, problems);
+      const std::string id = absl::StrCat(f[2], "\t", (*kernel)->ConfigString(*config));
+      m = MeasureHere(**kernel, *config, reps, verified.contains(id), *job, problems);
+      if (m.ok()) verified.insert(id);
     }
     WriteAll(out_fd, absl::StrCat("done\t", f[1], "\t", TrialStatusName(m.status), "\t", m.median_ns, "\t",
                                   m.min_ns, "\t", m.max_ns, "\t", m.reps, "\t", OneLine(m.error), "\n"));
