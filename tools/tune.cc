@@ -24,7 +24,7 @@ namespace {
 std::atomic<bool> interrupted{false};
 void OnInterrupt(int) { interrupted = true; }
 
-constexpr char kToolVersion[] = "kreg 0.1.0";
+constexpr char kToolVersion[] = "kreg " KREG_VERSION;
 
 // One progress line, rewritten in place on a terminal, plain lines otherwise
 // (and then only every few seconds), on stderr so results on stdout stay
@@ -230,7 +230,7 @@ absl::Status TuneOne(const OpInfo& op, const Registry& registry, const Dims& ask
                                     eta >= 0 ? absl::StrFormat(", ETA %.0f s", eta) : std::string()));
     return m;
   };
-  SearchResult result = Search(candidates.size(), measure, search);
+  Search(candidates.size(), measure, search);
   progress.Done();
   if (!save_error.ok()) return save_error;
   if (interrupted) {
@@ -260,7 +260,6 @@ absl::Status TuneOne(const OpInfo& op, const Registry& registry, const Dims& ask
                                  best, candidates.size(), measured, reused, failed, elapsed,
                                  StrategyName(search.strategy));
   }
-  (void)result;
   return absl::OkStatus();
 }
 

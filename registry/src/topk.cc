@@ -225,7 +225,8 @@ class TopKProblem : public Problem {
     return dims;
   }
 
-  void Regenerate(uint64_t seed) override {
+  // Draws the random inputs (not those given by the user).
+  void Regenerate(uint64_t seed) {
     want_values_.reset();
     want_indices_.reset();
     if (!user_input_ && options_.fill) FillRandom(input_, options_.dist, seed);

@@ -58,8 +58,6 @@ class Problem {
   // Fills the outputs with a poison pattern, so a kernel that leaves memory
   // unwritten is caught by CheckOutputs().
   virtual void PoisonOutputs() = 0;
-  // Draws fresh random inputs (not those given by the user).
-  virtual void Regenerate(uint64_t seed) = 0;
   virtual std::vector<std::pair<std::string, const Tensor*>> inputs() const = 0;
   virtual std::vector<std::pair<std::string, const Tensor*>> outputs() const = 0;
 };
