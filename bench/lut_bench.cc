@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kreg/lut.h"
+#include "kreg/op.h"
 #include "kreg/registry.h"
 
 namespace kreg {
@@ -36,6 +37,8 @@ namespace {
 // Keys and queries use one made-up machine, so the tables do not depend on
 // the machine the benchmark runs on.
 constexpr char kMachine[] = "00000000deadbeef";
+// topk's dtype signature for an f32 input without row ranges (OpKey::dtype).
+constexpr char kDType[] = "f32";
 
 // ---- Synthetic tables ---------------------------------------------------------
 
@@ -97,7 +100,7 @@ Table MakeTable(int size) {
         const int64_t len = 1000 + 997 * m * m;
         const int64_t kk = 1 + 3 * (k * 25 / nk);
         Dims dims = {{"batch", batch}, {"n", len}, {"k", kk}};
-        t.db.AddTrial(MakeProblemKey("topk", DType::kF32, dims, kMachine),
+        t.db.AddTrial(MakeProblemKey("topk", kDType, dims, kMachine),
                       Winner(static_cast<int>(t.tuned.size())));
         t.tuned.push_back(std::move(dims));
       }
@@ -182,7 +185,7 @@ void RunQueries(benchmark::State& state, const std::vector<Dims>& queries, const
   size_t i = 0;
   for (auto _ : state) {
     for (size_t j = 0; j < width; ++j) q[j].second = flat[i * width + j];
-    absl::StatusOr<LutAnswer> a = lut.Query("topk", DType::kF32, q, kMachine);
+    absl::StatusOr<LutAnswer> a = lut.Query("topk", kDType, q, kMachine);
     if (!a.ok() || a->match != want) {
       state.SkipWithError(absl::StrCat("unexpected answer for ", DimsString(q)).c_str());
       break;

@@ -11,7 +11,10 @@
 //
 // Kernels are read from the build's plugin folder at run time, so a new
 // variant is benchmarked without touching this file. Each benchmark checks
-// its output once against the reference before it is timed.
+// its output once against the op's reference before it is timed. Kernels are
+// prepared once per input buffer (Kernel::Prepare, outside the clock) and
+// timed by PreparedRun::Run on the op's arguments (kreg_args), as `kreg run`
+// and the tuner time them.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -36,8 +39,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "kreg/ops.h"
+#include "kreg/op.h"
 #include "kreg/plugin_abi.h"
+#include "kreg/problem.h"
 #include "kreg/registry.h"
 #include "kreg/tensor.h"
 
@@ -109,15 +113,72 @@ std::vector<std::pair<std::string, std::string>> BestParamsFor(const std::string
   return out;
 }
 
+// ---- The op -------------------------------------------------------------------
+
+// Op "topk" and its reference, from the registry main() loads.
+struct TopKOp {
+  std::shared_ptr<const kreg::Op> op;
+  std::shared_ptr<const kreg::Kernel> reference;
+  // Where the peers find what they read and write in kreg_args: tensor and
+  // dim indices, by name (the op's descriptor says the order).
+  int input = -1, values = -1, indices = -1;
+  int batch = -1, n = -1, k = -1;
+};
+
+TopKOp& TheOp() {
+  static auto* op = new TopKOp;
+  return *op;
+}
+
+absl::Status InitOp(const kreg::Registry& registry) {
+  absl::StatusOr<std::shared_ptr<const kreg::Op>> op = registry.GetOp("topk");
+  if (!op.ok()) return op.status();
+  TopKOp& t = TheOp();
+  t.op = *op;
+  t.reference = registry.Reference("topk");
+  t.input = t.op->FindTensor("input");
+  t.values = t.op->FindTensor("values");
+  t.indices = t.op->FindTensor("indices");
+  t.batch = t.op->FindDim("batch");
+  t.n = t.op->FindDim("n");
+  t.k = t.op->FindDim("k");
+  if (std::min({t.input, t.values, t.indices, t.batch, t.n, t.k}) < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("op topk lacks a tensor or dim the peers need: ", t.op->Describe()));
+  }
+  return absl::OkStatus();
+}
+
+// What a peer reads and writes of a topk call (compact tensors, whole rows).
+struct TopKView {
+  const DLTensor* input;
+  DLTensor* values;
+  DLTensor* indices;
+  int64_t batch, n, k;
+};
+
+TopKView ViewOf(const kreg_args& a) {
+  const TopKOp& t = TheOp();
+  return {a.tensors[t.input], a.tensors[t.values], a.tensors[t.indices],
+          a.dims[t.batch],    a.dims[t.n],         a.dims[t.k]};
+}
+
 // ---- Inputs ----------------------------------------------------------------
 
+// The op's arguments with one input tensor swapped for another: owns the
+// tensor pointer array the kreg_args points at. Not movable once built.
+struct Args {
+  std::vector<DLTensor*> tensors;
+  kreg_args args{};
+};
+
 // One (shape, dtype): the Problem (its input is buffer 0, and it checks
-// outputs), more input buffers, and an args struct per buffer that all
-// write into the Problem's outputs.
+// outputs against the reference), more input buffers, and the op's arguments
+// per buffer, all writing into the Problem's outputs.
 struct Case {
   std::unique_ptr<kreg::Problem> problem;
   std::vector<kreg::Tensor> more_inputs;
-  std::vector<kreg_topk_args> args;
+  std::deque<Args> args;  // stable addresses: kreg_args point into them
 };
 
 int NumBuffers(size_t bytes) {
@@ -130,12 +191,16 @@ absl::StatusOr<Case*> GetCase(const Shape& shape, kreg::DType dtype) {
   static auto* cases = new std::map<std::string, std::unique_ptr<Case>>;
   std::unique_ptr<Case>& slot = (*cases)[absl::StrCat(shape.Label(), "/", kreg::DTypeName(dtype))];
   if (slot) return slot.get();
+  const TopKOp& t = TheOp();
+  absl::StatusOr<kreg::Values> values =
+      t.op->ParseValues(kreg::Dims{{"batch", shape.batch}, {"n", shape.n}, {"k", shape.k}});
+  if (!values.ok()) return values.status();
   kreg::ProblemOptions options;
-  options.dtype = dtype;
+  options.dtypes = {{"", dtype}};
   options.dist = kreg::Dist::kNormal;
   options.seed = 1;
-  absl::StatusOr<std::unique_ptr<kreg::Problem>> problem = kreg::FindOp("topk")->make_problem(
-      {{"batch", shape.batch}, {"n", shape.n}, {"k", shape.k}}, options);
+  absl::StatusOr<std::unique_ptr<kreg::Problem>> problem =
+      kreg::Problem::Make(t.op, t.reference, *values, options);
   if (!problem.ok()) return problem.status();
   auto c = std::make_unique<Case>();
   c->problem = *std::move(problem);
@@ -145,13 +210,17 @@ absl::StatusOr<Case*> GetCase(const Shape& shape, kreg::DType dtype) {
     kreg::FillRandom(c->more_inputs.back(), kreg::Dist::kNormal, options.seed + i);
   }
   // Only now take DLPack views: they are invalidated when a Tensor moves.
-  const auto& base = *static_cast<const kreg_topk_args*>(c->problem->args());
-  c->args.push_back(base);
-  for (const kreg::Tensor& t : c->more_inputs) {
-    kreg_topk_args a = base;
-    a.input = t.dl();
-    c->args.push_back(a);
-  }
+  const kreg_args& base = *c->problem->args();
+  auto add = [&](const DLTensor* input) {
+    Args& a = c->args.emplace_back();
+    a.tensors.assign(base.tensors, base.tensors + base.num_tensors);
+    // Inputs are only read (kreg_args' contract); the ABI's pointers are not const.
+    if (input != nullptr) a.tensors[t.input] = const_cast<DLTensor*>(input);
+    a.args = base;
+    a.args.tensors = a.tensors.data();
+  };
+  add(nullptr);
+  for (const kreg::Tensor& more : c->more_inputs) add(more.dl());
   slot = std::move(c);
   return slot.get();
 }
@@ -165,12 +234,13 @@ inline float ToFloat(uint16_t bf16) { return kreg::Bf16ToFloat(bf16); }
 // parallel on oneTBB's default arena, as the kernels do. Our tensors are
 // compact, so rows are plain offsets.
 template <typename T, typename Fn>
-void ForEachRow(const kreg_topk_args& a, Fn fn) {
-  const int64_t n = a.input->shape[1], k = a.k;
+void ForEachRow(const kreg_args& args, Fn fn) {
+  const TopKView a = ViewOf(args);
+  const int64_t n = a.n, k = a.k;
   const T* in = static_cast<const T*>(a.input->data);
   T* values = static_cast<T*>(a.values->data);
   int32_t* indices = static_cast<int32_t*>(a.indices->data);
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, a.input->shape[0]),
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, a.batch),
                     [&](const tbb::blocked_range<int64_t>& rows) {
                       for (int64_t r = rows.begin(); r != rows.end(); ++r) {
                         fn(in + r * n, n, k, values + r * k, indices + r * k);
@@ -180,7 +250,7 @@ void ForEachRow(const kreg_topk_args& a, Fn fn) {
 
 // (a) What a user writes first: (value, index) pairs, std::partial_sort.
 template <typename T>
-void PartialSortPeer(const kreg_topk_args& a) {
+void PartialSortPeer(const kreg_args& a) {
   ForEachRow<T>(a, [](const T* row, int64_t n, int64_t k, T* values, int32_t* indices) {
     thread_local std::vector<std::pair<float, int32_t>> items;
     items.resize(n);
@@ -198,7 +268,7 @@ void PartialSortPeer(const kreg_topk_args& a) {
 // (b) The other plain thing: an index array, std::nth_element, then a sort
 // of the k best, all with a value comparator.
 template <typename T>
-void NthElementSortPeer(const kreg_topk_args& a) {
+void NthElementSortPeer(const kreg_args& a) {
   ForEachRow<T>(a, [](const T* row, int64_t n, int64_t k, T* values, int32_t* indices) {
     thread_local std::vector<int32_t> order;
     order.resize(n);
@@ -222,7 +292,7 @@ void NthElementSortPeer(const kreg_topk_args& a) {
 // parallelises with OpenMP; rows go on oneTBB here so every entry shares the
 // same threads. bf16 rows are widened to f32 as they are read.
 template <typename T>
-void FaissHeapPeer(const kreg_topk_args& a) {
+void FaissHeapPeer(const kreg_args& a) {
   using C = faiss::CMin<float, int64_t>;  // the worst of the k best on top
   ForEachRow<T>(a, [](const T* row, int64_t n, int64_t k, T* values, int32_t* indices) {
     thread_local std::vector<float> heap_values;
@@ -256,9 +326,9 @@ __attribute__((target_clones("avx2", "default"))) uint32_t SumWords(const uint32
   return s;
 }
 
-void StreamRead(const kreg_topk_args& a) {
-  const size_t words = static_cast<size_t>(a.input->shape[0] * a.input->shape[1]) *
-                       (a.input->dtype.bits / 8) / 4;
+void StreamRead(const kreg_args& args) {
+  const TopKView a = ViewOf(args);
+  const size_t words = static_cast<size_t>(a.batch * a.n) * (a.input->dtype.bits / 8) / 4;
   const uint32_t* p = static_cast<const uint32_t*>(a.input->data);
   const size_t pieces = static_cast<size_t>(tbb::this_task_arena::max_concurrency());
   uint32_t sum = tbb::parallel_reduce(
@@ -270,12 +340,15 @@ void StreamRead(const kreg_topk_args& a) {
 
 // ---- Benchmarks ---------------------------------------------------------------
 
-using RunFn = std::function<absl::Status(const kreg_topk_args&)>;
+// One run of an entry on one buffer's arguments, set up outside the clock.
+using RunFn = std::function<absl::Status()>;
+// Sets an entry up on one buffer's arguments (a kernel: Kernel::Prepare).
+using PrepareFn = std::function<absl::StatusOr<RunFn>(const kreg_args&)>;
 
 struct Entry {
   Shape shape;
   kreg::DType dtype;
-  RunFn run;
+  PrepareFn prepare;
   bool check = true;                     // false for the floor: it has no outputs
   absl::Status setup;                    // e.g. a best-known config that did not parse
   std::string label;                     // the config, printed with the result
@@ -291,14 +364,21 @@ void RunEntry(benchmark::State& state, Entry& e) {
   absl::StatusOr<Case*> c = GetCase(e.shape, e.dtype);
   if (!c.ok()) return Skip(state, c.status());
   kreg::Problem& problem = *(*c)->problem;
-  const std::vector<kreg_topk_args>& args = (*c)->args;
+  // Prepared per call of this function, released at its end: prepared
+  // states and the shared workspace belong to one benchmark at a time.
+  std::vector<RunFn> runs;
+  for (const Args& a : (*c)->args) {
+    absl::StatusOr<RunFn> run = e.prepare(a.args);
+    if (!run.ok()) return Skip(state, run.status());
+    runs.push_back(*std::move(run));
+  }
   if (!e.verified) {
     absl::Status s;
     if (e.check) {
       // Poisoned first, so outputs left unwritten (or left by the previous
       // entry) are caught.
       problem.PoisonOutputs();
-      s = e.run(args[0]);
+      s = runs[0]();
       if (s.ok()) s = problem.CheckOutputs();
     }
     e.verified = s;
@@ -306,7 +386,7 @@ void RunEntry(benchmark::State& state, Entry& e) {
   if (!e.verified->ok()) return Skip(state, *e.verified);
   size_t i = 0;
   for (auto _ : state) {
-    absl::Status s = e.run(args[i++ % args.size()]);
+    absl::Status s = runs[i++ % runs.size()]();
     if (!s.ok()) {
       Skip(state, s);
       break;
@@ -315,22 +395,40 @@ void RunEntry(benchmark::State& state, Entry& e) {
   const int64_t elements = e.shape.batch * e.shape.n;
   state.SetItemsProcessed(state.iterations() * elements);
   state.SetBytesProcessed(state.iterations() * elements * static_cast<int64_t>(kreg::DTypeSize(e.dtype)));
-  state.counters["buffers"] = static_cast<double>(args.size());
+  state.counters["buffers"] = static_cast<double>(runs.size());
   if (!e.label.empty()) state.SetLabel(e.label.c_str());
 }
 
 kreg::Workspace& SharedWorkspace() {
-  // Benchmarks run one at a time, so the kernels can share one.
+  // Benchmarks run one at a time, and one benchmark's buffers have the same
+  // shape (so the same workspace size): the kernels can share one.
   static auto* workspace = new kreg::Workspace;
   return *workspace;
 }
 
-// A peer's entry: its f32 or bf16 instantiation, by the input's dtype.
-Entry PeerEntry(void (*f32)(const kreg_topk_args&), void (*bf16)(const kreg_topk_args&)) {
+// An entry that calls `f` on the arguments: nothing to prepare.
+Entry PlainEntry(void (*f)(const kreg_args&)) {
   Entry e;
-  e.run = [f32, bf16](const kreg_topk_args& a) {
-    (a.input->dtype.code == kDLBfloat ? bf16 : f32)(a);
-    return absl::OkStatus();
+  e.prepare = [f](const kreg_args& a) -> absl::StatusOr<RunFn> {
+    const kreg_args* args = &a;  // lives in the Case
+    return RunFn([f, args] {
+      f(*args);
+      return absl::OkStatus();
+    });
+  };
+  return e;
+}
+
+// A peer's entry: its f32 or bf16 instantiation, by the input's dtype.
+Entry PeerEntry(void (*f32)(const kreg_args&), void (*bf16)(const kreg_args&)) {
+  Entry e;
+  e.prepare = [f32, bf16](const kreg_args& a) -> absl::StatusOr<RunFn> {
+    const kreg_args* args = &a;  // lives in the Case
+    void (*f)(const kreg_args&) = ViewOf(a).input->dtype.code == kDLBfloat ? bf16 : f32;
+    return RunFn([f, args] {
+      f(*args);
+      return absl::OkStatus();
+    });
   };
   return e;
 }
@@ -345,10 +443,15 @@ Entry KernelEntry(const std::shared_ptr<const kreg::Kernel>& kernel, const Shape
     return e;
   }
   e.label = kernel->ConfigString(*config);
-  e.run = [kernel, config = *config](const kreg_topk_args& a) {
+  e.prepare = [kernel, config = *config](const kreg_args& a) -> absl::StatusOr<RunFn> {
     kreg::RunOptions options;
     options.workspace = &SharedWorkspace();
-    return kernel->Run(config, &a, options);
+    // Checks the arguments and the configuration, sizes the workspace and
+    // prepares the kernel's state; the run does nothing else.
+    absl::StatusOr<std::unique_ptr<kreg::PreparedRun>> prepared = kernel->Prepare(config, a, options);
+    if (!prepared.ok()) return prepared.status();
+    std::shared_ptr<kreg::PreparedRun> run = *std::move(prepared);
+    return RunFn([run] { return run->Run(); });
   };
   return e;
 }
@@ -383,8 +486,15 @@ int main(int argc, char** argv) {
   for (const absl::Status& refusal : (*registry)->refusals()) {
     std::fprintf(stderr, "topk_bench: warning: %s\n", refusal.ToString().c_str());
   }
+  if (absl::Status s = InitOp(**registry); !s.ok()) {
+    std::fprintf(stderr, "topk_bench: %s\n", s.ToString().c_str());
+    return 1;
+  }
   std::vector<std::shared_ptr<const kreg::Kernel>> kernels;
   for (const auto& kernel : (*registry)->Kernels("topk")) {
+    // The reference is the oracle every entry is checked against, not a
+    // contender (as for kreg tune).
+    if (kernel->is_reference()) continue;
     if (kernel->available()) {
       kernels.push_back(kernel);
     } else {
@@ -408,12 +518,8 @@ int main(int argc, char** argv) {
   for (const Shape& shape : kShapes) {
     for (kreg::DType dtype : kDTypes) {
       const std::string suffix = absl::StrCat("/", kreg::DTypeName(dtype), "/", shape.Label());
-      Entry floor;
+      Entry floor = PlainEntry(StreamRead);
       floor.check = false;
-      floor.run = [](const kreg_topk_args& a) {
-        StreamRead(a);
-        return absl::OkStatus();
-      };
       add("floor/stream_read" + suffix, std::move(floor), shape, dtype);
       for (const auto& kernel : kernels) add(kernel->name() + suffix, KernelEntry(kernel, shape), shape, dtype);
       add("peer/partial_sort" + suffix,

@@ -2,7 +2,7 @@
 # Builds kreg and passes its tests on a fresh Debian 12 machine: installs
 # what is missing, configures, builds and runs every CTest suite, then
 # installs kreg into a scratch prefix and builds and runs the
-# find_package(kreg) example against it.
+# find_package(kreg) examples against it: a program, and a plugin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -13,3 +13,9 @@ cmake --install build/release --prefix "$prefix" >/dev/null
 cmake -S examples -B build/example -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build build/example
 build/example/topk_example --plugin-path "$prefix/lib/kreg/plugins" --db "$prefix/share/kreg/tables/topk.txtpb"
+# A plugin built outside the tree against the installed package (the ABI
+# alone), listed and run by the installed kreg.
+cmake -S examples/plugin -B build/plugin_example -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build build/plugin_example
+"$prefix/bin/kreg" list --plugin-path build/plugin_example | grep -q "scale/plain"
+"$prefix/bin/kreg" run scale/plain --plugin-path build/plugin_example --dims n=1000,alpha=2 --check

@@ -9,8 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kreg/npy.h"
-#include "kreg/ops.h"
-#include "kreg/topk.h"
+#include "kreg/problem.h"
 #include "tests/run_kreg.h"
 
 namespace kreg {
@@ -45,7 +44,7 @@ TEST(CliTest, CheckedRunReportsOk) {
   Result r = Kreg("run topk/sort --dims batch=8,n=1000,k=10 --check");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("check ok"));
-  r = Kreg("run topk/sort --dims batch=8,n=1000,k=10,ragged=1,largest=0 --dtype bf16 --dist bits "
+  r = Kreg("run topk/sort --dims batch=8,n=1000,k=10,largest=0 --with row_starts,row_ends --dtype bf16 --dist bits "
            "--param method=nth_element --check --json --reps 3");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("\"check\":\"ok\""));
@@ -65,18 +64,22 @@ TEST(CliTest, NpyRoundTripMatchesTheReference) {
     Result r = Kreg("run topk/sort --dims k=15 --input input=" + dir + "/input.npy --input row_ends=" + dir +
                     "/ends.npy --save-outputs " + dir + "/out --check");
     ASSERT_EQ(r.code, 0) << r.out;
-    EXPECT_THAT(r.out, HasSubstr(std::string(DTypeName(dtype)) + " batch=6,n=300,k=15"));
+    EXPECT_THAT(r.out, HasSubstr(std::string(DTypeName(dtype)) + "+row_ends batch=6,n=300,k=15"));
 
+    // The reference kernel, run the same way, writes what is expected.
+    r = Kreg("run topk/reference --dims k=15 --input input=" + dir + "/input.npy --input row_ends=" + dir +
+             "/ends.npy --save-outputs " + dir + "/ref --reps 1 --warmup 0");
+    ASSERT_EQ(r.code, 0) << r.out;
     absl::StatusOr<Tensor> values = ReadNpy(dir + "/out/values.npy");
     absl::StatusOr<Tensor> indices = ReadNpy(dir + "/out/indices.npy");
-    ASSERT_TRUE(values.ok() && indices.ok());
-    Tensor want_values(dtype, {6, 15}), want_indices(DType::kI32, {6, 15});
-    kreg_topk_args args{sizeof args, input.dl(), 15, 1, nullptr, ends.dl(), want_values.dl(), want_indices.dl(), nullptr};
-    ReferenceTopK(args);
-    ASSERT_EQ(indices->shape(), want_indices.shape());
-    EXPECT_EQ(std::memcmp(indices->data(), want_indices.data(), want_indices.nbytes()), 0);
+    absl::StatusOr<Tensor> want_values = ReadNpy(dir + "/ref/values.npy");
+    absl::StatusOr<Tensor> want_indices = ReadNpy(dir + "/ref/indices.npy");
+    ASSERT_TRUE(values.ok() && indices.ok() && want_values.ok() && want_indices.ok());
+    ASSERT_EQ(indices->shape(), (std::vector<int64_t>{6, 15}));
+    ASSERT_EQ(indices->shape(), want_indices->shape());
+    EXPECT_EQ(std::memcmp(indices->data(), want_indices->data(), want_indices->nbytes()), 0);
     EXPECT_EQ(values->dtype(), dtype);
-    EXPECT_EQ(std::memcmp(values->data(), want_values.data(), want_values.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(values->data(), want_values->data(), want_values->nbytes()), 0);
     EXPECT_EQ(indices->data_as<int32_t>()[0], -1);  // row 0's range is empty
   }
 }
@@ -111,8 +114,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"unknown_variant", "run topk/nope --dims batch=2,n=10,k=1", "no kernel 'topk/nope'"},
         BadInput{"unknown_op", "run gemm/x --dims m=1", "unknown op 'gemm'"},
         BadInput{"not_op_variant", "run sort --dims batch=1", "'sort' is not OP/VARIANT"},
-        BadInput{"bad_dims", "run topk/sort --dims batch=2,n=ten,k=1", "bad dimension 'n=ten'"},
-        BadInput{"unknown_dim", "run topk/sort --dims batch=2,n=10,k=1,m=3", "unknown dimension 'm'"},
+        BadInput{"bad_dims", "run topk/sort --dims batch=2,n=ten,k=1", "dimension 'n=ten' is not an integer"},
+        BadInput{"unknown_dim", "run topk/sort --dims batch=2,n=10,k=1,m=3",
+                 "unknown dimension or attribute 'm' (dims: batch, n, k; attributes: largest)"},
         BadInput{"missing_dim", "run topk/sort --dims batch=2,n=10", "dimension 'k' is missing"},
         BadInput{"bad_dtype", "run topk/sort --dims batch=2,n=10,k=1 --dtype f64", "--dtype 'f64'"},
         BadInput{"bad_param", "run topk/sort --dims batch=2,n=10,k=1 --param method=quick",
@@ -123,7 +127,7 @@ INSTANTIATE_TEST_SUITE_P(
                  "not a .npy file"},
         BadInput{"missing_npy", "run topk/sort --dims k=1 --input input=DIR/missing.npy", "cannot open file"},
         BadInput{"int_input", "run topk/sort --dims k=1 --input input=DIR/int.npy",
-                 "input file must hold float32"},
+                 "input 'input' takes f32|bf16, the file holds i32"},
         BadInput{"shape_mismatch", "run topk/sort --dims batch=3,k=1 --input input=DIR/garbage.npy",
                  "not a .npy file"},
         BadInput{"unknown_input", "run topk/sort --dims batch=2,n=2,k=1 --input weights=DIR/int.npy",
@@ -134,6 +138,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"missing_plugin_path", "list --plugin_path=/nonexistent", "'/nonexistent' does not exist"},
         BadInput{"unknown_flag", "list --bogus", "Unknown command line flag 'bogus'"},
         BadInput{"huge_dims", "run topk/sort --dims batch=1000000000,n=1000000000,k=1", "out of memory"},
+        BadInput{"dim_over_limit", "run topk/sort --dims batch=1,n=2147483648,k=1", "n=2147483648 exceeds its limit"},
+        BadInput{"attr_out_of_range", "run topk/sort --dims batch=1,n=10,k=1,largest=2", "largest=2 is outside [0, 1]"},
+        BadInput{"with_not_optional", "run topk/sort --dims batch=1,n=10,k=1 --with input",
+                 "'input' is not an optional input"},
+        BadInput{"dtype_not_allowed", "run topk/sort --dims batch=1,n=10,k=1 --dtype i32", "no tensor whose dtype is a choice takes i32"},
         BadInput{"list_value_not_declared", "run topk/blockwise --dims batch=2,n=100,k=3 --param m_schedule=7",
                  "7 is not one of 2, 3, 4"}),
     [](const ::testing::TestParamInfo<BadInput>& p) { return std::string(p.param.name); });

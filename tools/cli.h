@@ -14,7 +14,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "kreg/ops.h"
+#include "kreg/op.h"
+#include "kreg/problem.h"
 #include "kreg/registry.h"
 
 // A flag that may be given many times (--param a=1 --param b=2). main()
@@ -49,6 +50,8 @@ ABSL_DECLARE_FLAG(double, budget);
 ABSL_DECLARE_FLAG(double, timeout);
 ABSL_DECLARE_FLAG(int, max_list_len);
 ABSL_DECLARE_FLAG(std::string, data_class);
+ABSL_DECLARE_FLAG(std::string, with);
+ABSL_DECLARE_FLAG(std::string, partition);
 
 namespace kreg {
 
@@ -62,9 +65,23 @@ absl::StatusOr<std::unique_ptr<Registry>> LoadRegistry();
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Pairs(const Repeated& flag,
                                                                        absl::string_view what);
 
-// --dtype, --dist, --seed and --input as ProblemOptions; the input files'
-// names and paths go to *files when given.
-absl::StatusOr<ProblemOptions> ProblemOptionsFromFlags(std::vector<std::pair<std::string, std::string>>* files);
+// A problem as the flags describe it: the op, its dims and attributes from
+// --dims (dims may stay unknown until inputs give them), and --dtype,
+// --with, --dist, --partition, --seed and --input as ProblemOptions.
+struct ProblemSpec {
+  std::shared_ptr<const Op> op;
+  Values values;
+  ProblemOptions options;
+  std::vector<std::pair<std::string, std::string>> files;  // --input NAME=FILE
+};
+absl::StatusOr<ProblemSpec> SpecFromFlags(const Registry& registry, absl::string_view op,
+                                          absl::string_view dims);
+// Shape-only arguments for `spec` (input files' shapes fill missing dims).
+absl::Status ShapeArgsOf(const ProblemSpec& spec, ShapeArgs* out);
+// The data class a key gets: --data-class if given; else the op's own
+// classifier on `args` (when it has data); else "dist=NAME" for random
+// inputs drawn from a --dist other than normal; else "".
+absl::StatusOr<std::string> DataClassOf(const ProblemSpec& spec, const kreg_args& args);
 
 // What a tuning table (--db) picks for `args` of `op`, and how it matched.
 struct TableChoice {
@@ -72,7 +89,8 @@ struct TableChoice {
   Config config;
   std::string how;  // "exact", "nearest" or "default"
 };
-absl::StatusOr<TableChoice> ChooseFromTable(const OpInfo& op, const Registry& registry, const void* args);
+absl::StatusOr<TableChoice> ChooseFromTable(const ProblemSpec& spec, const Registry& registry,
+                                            const kreg_args& args);
 
 // The subcommands of tune.cc.
 absl::Status Tune(const Args& args);

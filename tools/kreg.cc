@@ -19,7 +19,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "kreg/npy.h"
-#include "kreg/ops.h"
+#include "kreg/measure.h"
+#include "kreg/op.h"
+#include "kreg/problem.h"
 #include "kreg/registry.h"
 #include "kreg/worker.h"
 #include "tools/cli.h"
@@ -30,7 +32,11 @@ ABSL_FLAG(std::string, plugin_path, "",
           "installed plugin folder");
 ABSL_FLAG(bool, json, false, "print JSON instead of text");
 ABSL_FLAG(Repeated, dims, {}, "problem dimensions NAME=V,... (e.g. batch=8,n=1000,k=10)");
-ABSL_FLAG(std::string, dtype, "f32", "element type: f32 or bf16");
+ABSL_FLAG(std::string, dtype, "",
+          "element type of every tensor that allows it (f32, bf16, i32), or NAME=TYPE,... per tensor");
+ABSL_FLAG(std::string, with, "", "optional inputs to generate at random, comma-separated (e.g. row_ends)");
+ABSL_FLAG(std::string, partition, "random",
+          "how partition inputs (group sizes) are drawn: random, balanced or skewed");
 ABSL_FLAG(Repeated, param, {}, "kernel parameter NAME=VALUE (repeatable; lists as 5,8,12)");
 ABSL_FLAG(Repeated, input, {}, "input NAME=FILE.npy instead of random data (repeatable)");
 ABSL_FLAG(std::string, save_outputs, "", "folder to write each output as NAME.npy");
@@ -75,49 +81,97 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Pairs(const Rep
   return out;
 }
 
-absl::StatusOr<ProblemOptions> ProblemOptionsFromFlags(std::vector<std::pair<std::string, std::string>>* files) {
-  ProblemOptions options;
-  absl::StatusOr<DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
-  if (!dtype.ok() || *dtype == DType::kI32) {
-    return absl::InvalidArgumentError(absl::StrCat("--dtype '", absl::GetFlag(FLAGS_dtype), "': expected f32 or bf16"));
+absl::StatusOr<ProblemSpec> SpecFromFlags(const Registry& registry, absl::string_view op_name,
+                                          absl::string_view dims) {
+  ProblemSpec spec;
+  absl::StatusOr<std::shared_ptr<const Op>> op = registry.GetOp(op_name);
+  if (!op.ok()) return absl::InvalidArgumentError(op.status().message());
+  spec.op = *op;
+  absl::StatusOr<NamedValues> named = ParseNamedValues(dims);
+  if (!named.ok()) return absl::InvalidArgumentError(absl::StrCat("--dims: ", named.status().message()));
+  absl::StatusOr<Values> values = spec.op->ParseValues(*named);
+  if (!values.ok()) return values.status();
+  spec.values = *std::move(values);
+  ProblemOptions& options = spec.options;
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  for (absl::string_view item : absl::StrSplit(dtype, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (item.find('=') == absl::string_view::npos) kv = {"", std::string(item)};
+    absl::StatusOr<DType> d = ParseDType(kv.second);
+    if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype '", item, "': expected f32, bf16 or i32"));
+    options.dtypes[kv.first] = *d;
   }
-  options.dtype = *dtype;
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_with), ',', absl::SkipEmpty())) {
+    options.with.emplace(name);
+  }
   absl::StatusOr<Dist> dist = ParseDist(absl::GetFlag(FLAGS_dist));
   if (!dist.ok()) return absl::InvalidArgumentError(absl::StrCat("--dist: ", dist.status().message()));
   options.dist = *dist;
+  absl::StatusOr<Partition> partition = ParsePartition(absl::GetFlag(FLAGS_partition));
+  if (!partition.ok()) return absl::InvalidArgumentError(absl::StrCat("--partition: ", partition.status().message()));
+  options.partition = *partition;
   options.seed = absl::GetFlag(FLAGS_seed);
   auto inputs = Pairs(absl::GetFlag(FLAGS_input), "input");
   if (!inputs.ok()) return inputs.status();
   for (const auto& [input_name, file] : *inputs) {
     absl::StatusOr<Tensor> t = ReadNpy(file);
     if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("--input ", input_name, ": ", t.status().message()));
-    if (input_name == "input" && t->dtype() != DType::kI32) options.dtype = t->dtype();
     options.inputs[input_name] = *std::move(t);
   }
-  if (files != nullptr) *files = *inputs;
-  return options;
+  spec.files = *inputs;
+  return spec;
+}
+
+absl::Status ShapeArgsOf(const ProblemSpec& spec, ShapeArgs* out) {
+  const Op& op = *spec.op;
+  Values values = spec.values;
+  std::map<std::string, const Tensor*> given;
+  std::map<std::string, DType> given_types;
+  for (const auto& [name, t] : spec.options.inputs) {
+    given[name] = &t;
+    given_types[name] = t.dtype();
+  }
+  absl::StatusOr<TensorTypes> types = op.ResolveTypes(spec.options.dtypes, spec.options.with, given_types);
+  if (!types.ok()) return types.status();
+  if (absl::Status s = op.DimsFromInputs(given, &values); !s.ok()) return s;
+  return op.MakeShapeArgs(values, *types, out);
+}
+
+absl::StatusOr<std::string> DataClassOf(const ProblemSpec& spec, const kreg_args& args) {
+  if (std::string d = absl::GetFlag(FLAGS_data_class); !d.empty()) return d;
+  if (spec.op->has_data_class() && !(args.flags & KREG_ARGS_SHAPE_ONLY)) return spec.op->DataClass(args);
+  if (spec.options.dist == Dist::kNormal || !spec.options.inputs.empty()) return std::string();
+  return absl::StrCat("dist=", DistName(spec.options.dist));
 }
 
 namespace {
 
-std::string ParamKind(const kreg_param_desc& p) {
+std::string ParamKind(const ParamInfo& p) {
+  std::string values;
+  if (p.kind != KREG_PARAM_CHOICE) {
+    if (p.values_kind == KREG_VALUES_LISTED) {
+      values = absl::StrCat("{", absl::StrJoin(p.listed, ","), "}");
+    } else {
+      values = absl::StrCat(p.values_kind == KREG_VALUES_POW2 ? "powers of two in [" : "[", p.lo, "..", p.hi,
+                            p.values_kind == KREG_VALUES_RANGE ? absl::StrCat(" step ", p.step) : "", "]");
+    }
+  }
+  std::string when;
+  if (p.when_param >= 0) when = " (when another parameter allows)";
   switch (p.kind) {
     case KREG_PARAM_INT:
-      return absl::StrCat("int {", absl::StrJoin(p.values, p.values + p.num_values, ","), "}");
+      return absl::StrCat("int ", values, when);
     case KREG_PARAM_INT_LIST:
-      return absl::StrCat("list of {", absl::StrJoin(p.values, p.values + p.num_values, ","), "}");
-    case KREG_PARAM_CHOICE:
-      return absl::StrCat("choice {", absl::StrJoin(p.choices, p.choices + p.num_choices, ","), "}");
+      return absl::StrCat("list of ", values, when);
+    case KREG_PARAM_CHOICE: {
+      std::vector<std::string> names;
+      for (size_t c = 0; c < p.choices.size(); ++c) {
+        names.push_back(p.choices[c] + (p.ChoiceAvailable(static_cast<int64_t>(c), CpuIsa()) ? "" : "(n/a)"));
+      }
+      return absl::StrCat("choice {", absl::StrJoin(names, ","), "}", when);
+    }
   }
   return "?";
-}
-
-std::string ParamDefault(const Kernel& kernel, size_t i) {
-  const kreg_param_desc& p = kernel.param(i);
-  if (p.kind == KREG_PARAM_CHOICE) return p.choices[p.default_value];
-  if (p.kind == KREG_PARAM_INT) return absl::StrCat(p.default_value);
-  return p.default_list_len ? absl::StrJoin(p.default_list, p.default_list + p.default_list_len, ",")
-                            : "(k)";
 }
 
 absl::Status List(const Args& args) {
@@ -133,25 +187,36 @@ absl::Status List(const Args& args) {
     plugin.Set("name", info.name).Set("version", info.version).Set("path", info.path);
     Json kernels = Json::Array();
     if (!json) std::cout << "plugin " << info.name << " " << info.version << "  (" << info.path << ")\n";
+    Json ops = Json::Array();
+    for (const std::string& name : info.ops) {
+      std::shared_ptr<const Op> op = *reg.GetOp(name);
+      ops.Push(Json::Object().Set("name", name).Set("doc", op->doc()).Set("signature", op->Describe()));
+      if (!json) std::cout << "  op " << name << ": " << op->doc() << "\n      " << op->Describe() << "\n";
+    }
+    plugin.Set("ops", std::move(ops));
     for (const std::string& name : info.kernels) {
       std::shared_ptr<const Kernel> k = *reg.Get(name);
       Json kernel = Json::Object();
       kernel.Set("name", k->name()).Set("version", static_cast<int64_t>(k->version()))
           .Set("doc", std::string(k->doc())).Set("isa", IsaString(k->required_isa()))
-          .Set("available", k->available());
+          .Set("available", k->available()).Set("reference", k->is_reference());
       if (!json) {
         std::cout << absl::StrFormat("  %-18s v%-3d isa: %-12s %s  %s\n", k->name(), k->version(),
                                      IsaString(k->required_isa()),
-                                     k->available() ? "available  " : "UNAVAILABLE", k->doc());
+                                     k->available() ? (k->is_reference() ? "reference  " : "available  ")
+                                                    : "UNAVAILABLE",
+                                     k->doc());
       }
       Json params = Json::Array();
-      for (size_t i = 0; i < k->num_params(); ++i) {
-        const kreg_param_desc& p = k->param(i);
+      const Config def = k->DefaultConfig();
+      const auto defaults = k->ConfigPairs(def);
+      for (size_t i = 0; i < k->params().size(); ++i) {
+        const ParamInfo& p = k->params()[i];
+        const std::string shown = defaults[i].second.empty() ? "(none)" : defaults[i].second;
         params.Push(Json::Object().Set("name", p.name).Set("kind", ParamKind(p))
-                        .Set("default", ParamDefault(*k, i)).Set("doc", p.doc ? p.doc : ""));
+                        .Set("default", shown).Set("doc", p.doc));
         if (!json) {
-          std::cout << absl::StrFormat("      %-14s %-40s default %-8s %s\n", p.name, ParamKind(p),
-                                       ParamDefault(*k, i), p.doc ? p.doc : "");
+          std::cout << absl::StrFormat("      %-14s %-40s default %-8s %s\n", p.name, ParamKind(p), shown, p.doc);
         }
       }
       kernel.Set("params", std::move(params));
@@ -183,24 +248,19 @@ absl::Status Run(const Args& args) {
     return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not OP/VARIANT (e.g. topk/sort); "
                                                    "give --db FILE to let a tuning table choose"));
   }
-  const OpInfo* op = FindOp(name.substr(0, name.find('/')));
-  if (op == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown op '", name.substr(0, name.find('/')), "'"));
-  }
-  absl::StatusOr<ProblemOptions> problem_options = ProblemOptionsFromFlags(nullptr);
-  if (!problem_options.ok()) return problem_options.status();
-  ProblemOptions& options = *problem_options;
   const int warmup = absl::GetFlag(FLAGS_warmup), reps = absl::GetFlag(FLAGS_reps);
   if (warmup < 0 || reps < 1) return absl::InvalidArgumentError("--warmup must be >= 0 and --reps >= 1");
   if (absl::GetFlag(FLAGS_dims).items.size() > 1) return absl::InvalidArgumentError("run takes one --dims");
-  absl::StatusOr<Dims> dims = ParseDims(absl::StrJoin(absl::GetFlag(FLAGS_dims).items, ","));
-  if (!dims.ok()) return absl::InvalidArgumentError(absl::StrCat("--dims: ", dims.status().message()));
   auto params = Pairs(absl::GetFlag(FLAGS_param), "param");
   if (!params.ok()) return params.status();
 
   absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry();
   if (!registry.ok()) return registry.status();
-  absl::StatusOr<std::unique_ptr<Problem>> problem = op->make_problem(*dims, options);
+  absl::StatusOr<ProblemSpec> spec =
+      SpecFromFlags(**registry, name.substr(0, name.find('/')), absl::StrJoin(absl::GetFlag(FLAGS_dims).items, ","));
+  if (!spec.ok()) return spec.status();
+  absl::StatusOr<std::unique_ptr<Problem>> problem =
+      Problem::Make(spec->op, (*registry)->Reference(spec->op->name()), spec->values, spec->options);
   if (!problem.ok()) return problem.status();
   Problem& p = **problem;
   absl::StatusOr<std::shared_ptr<const Kernel>> kernel;
@@ -208,7 +268,7 @@ absl::Status Run(const Args& args) {
   std::string chosen_by;
   if (from_table) {
     if (!params->empty()) return absl::InvalidArgumentError("--param applies to OP/VARIANT, not to a table's choice");
-    absl::StatusOr<TableChoice> choice = ChooseFromTable(*op, **registry, p.args());
+    absl::StatusOr<TableChoice> choice = ChooseFromTable(*spec, **registry, *p.args());
     if (!choice.ok()) return choice.status();
     kernel = choice->kernel;
     config = choice->config;
@@ -216,37 +276,23 @@ absl::Status Run(const Args& args) {
     name = (*kernel)->name();
   } else {
     kernel = (*registry)->Get(name);
-    if (!kernel.ok()) return kernel.status();
+    if (!kernel.ok()) return absl::InvalidArgumentError(kernel.status().message());
     config = (*kernel)->ParseConfig(*params);
     if (!config.ok()) return config.status();
   }
 
-  RunOptions run_options;
-  run_options.num_threads = absl::GetFlag(FLAGS_threads);
-  Workspace workspace;
-  run_options.workspace = &workspace;
-  // The first run writes over poisoned outputs, so --check also catches
-  // elements a kernel never writes.
-  p.PoisonOutputs();
-  if (absl::Status s = (*kernel)->Run(*config, p.args(), run_options); !s.ok()) return s;
-  std::string check = "skipped";
-  absl::Status check_status;
-  if (absl::GetFlag(FLAGS_check)) {
-    check_status = p.CheckOutputs();
-    check = check_status.ok() ? "ok" : absl::StrCat("FAILED: ", check_status.message());
+  MeasureOptions measure;
+  measure.warmup = warmup;
+  measure.reps = reps;
+  measure.check = absl::GetFlag(FLAGS_check);
+  measure.run.num_threads = absl::GetFlag(FLAGS_threads);
+  const Measurement m = MeasureKernel(**kernel, *config, {&p}, measure);
+  std::string check = measure.check ? "ok" : "skipped";
+  if (m.status == TrialStatus::kWrongResult) {
+    check = absl::StrCat("FAILED: ", m.error);
+  } else if (!m.ok()) {
+    return m.status == TrialStatus::kIllegal ? absl::InvalidArgumentError(m.error) : absl::InternalError(m.error);
   }
-  for (int i = 1; i < warmup; ++i) (void)(*kernel)->Run(*config, p.args(), run_options);
-  std::vector<int64_t> times;
-  for (int i = 0; i < reps; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = (*kernel)->Run(*config, p.args(), run_options);
-    auto t1 = std::chrono::steady_clock::now();
-    if (!s.ok()) return s;
-    times.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  const int64_t median = times.size() % 2 ? times[times.size() / 2]
-                                          : (times[times.size() / 2 - 1] + times[times.size() / 2]) / 2;
 
   if (std::string dir = absl::GetFlag(FLAGS_save_outputs); !dir.empty()) {
     std::error_code ec;
@@ -257,27 +303,27 @@ absl::Status Run(const Args& args) {
     }
   }
 
-  const std::string dims_text = DimsString(p.dims());
+  const OpKey key = p.key();
   const std::string config_text = (*kernel)->ConfigString(*config);
   if (absl::GetFlag(FLAGS_json)) {
     Json params_json = Json::Object();
     for (auto& [param, value] : (*kernel)->ConfigPairs(*config)) params_json.Set(param, value);
     Json dims_json = Json::Object();
-    for (const auto& [d, v] : p.dims()) dims_json.Set(d, v);
+    for (const auto& [d, v] : key.dims) dims_json.Set(d, v);
     std::cout << Json::Object().Set("kernel", name).Set("version", static_cast<int64_t>((*kernel)->version()))
-                     .Set("dtype", std::string(DTypeName(options.dtype))).Set("dims", std::move(dims_json))
-                     .Set("params", std::move(params_json)).Set("reps", static_cast<int64_t>(reps))
+                     .Set("dtype", key.dtype).Set("dims", std::move(dims_json))
+                     .Set("params", std::move(params_json)).Set("reps", static_cast<int64_t>(m.reps))
                      .Set("chosen_by", chosen_by.empty() ? "user" : chosen_by)
-                     .Set("median_ns", median).Set("min_ns", times.front()).Set("max_ns", times.back())
-                     .Set("check", check).Dump()
+                     .Set("median_ns", static_cast<int64_t>(m.median_ns)).Set("min_ns", static_cast<int64_t>(m.min_ns))
+                     .Set("max_ns", static_cast<int64_t>(m.max_ns)).Set("check", check).Dump()
               << "\n";
   } else {
     std::cout << absl::StrFormat("%s %s %s%s%s  median %.3f us  min %.3f us  max %.3f us  check %s%s\n", name,
-                                 DTypeName(options.dtype), dims_text, config_text.empty() ? "" : "  ",
-                                 config_text, median / 1e3, times.front() / 1e3, times.back() / 1e3, check,
+                                 key.dtype, DimsString(key.dims), config_text.empty() ? "" : "  ", config_text,
+                                 m.median_ns / 1e3, m.min_ns / 1e3, m.max_ns / 1e3, check,
                                  chosen_by.empty() ? "" : absl::StrCat("  (chosen by the table: ", chosen_by, ")"));
   }
-  if (!check_status.ok()) return absl::DataLossError("check failed: outputs differ from the reference");
+  if (m.status == TrialStatus::kWrongResult) return absl::DataLossError("check failed: outputs differ from the reference");
   return absl::OkStatus();
 }
 
@@ -292,12 +338,12 @@ struct Command {
 const Command kCommands[] = {
     {"list", "kreg list [--json]", "plugins found, each kernel, its ISA and parameter space", List, {"json"}},
     {"run",
-     "kreg run OP/VARIANT --dims NAME=V,... [--dtype f32|bf16] [--param NAME=V]... "
-     "[--input NAME=FILE.npy]... [--save_outputs DIR] [--dist normal|uniform|bits|ties] [--seed S] "
+     "kreg run OP/VARIANT --dims NAME=V,... [--dtype f32|bf16|NAME=TYPE,...] [--with NAME,...] [--param NAME=V]... "
+     "[--input NAME=FILE.npy]... [--save_outputs DIR] [--dist normal|uniform|bits|ties] [--partition P] [--seed S] "
      "[--warmup N] [--reps N] [--threads N] [--check] [--json]\n  kreg run OP --db FILE --dims ... [...]",
      "build inputs, run one kernel (or the one a tuning table picks), time it, optionally check it", Run,
      {"json", "dims", "dtype", "param", "input", "save_outputs", "dist", "seed", "warmup", "reps", "check",
-      "threads", "db", "data_class"}},
+      "threads", "db", "data_class", "with", "partition"}},
     {"tune",
      "kreg tune OP --dims NAME=V,... [--dims ...]... --db FILE [--variants a,b] "
      "[--strategy exhaustive|random|halving] [--budget SECONDS] [--timeout SECONDS] [--reps N] [--warmup N] "
@@ -305,10 +351,10 @@ const Command kCommands[] = {
      "[--data_class TEXT] [--json]",
      "search every variant's parameter space; each result is checkpointed into the table", Tune,
      {"json", "dims", "dtype", "input", "dist", "seed", "warmup", "reps", "threads", "db", "variants", "strategy",
-      "budget", "timeout", "max_list_len", "data_class"}},
+      "budget", "timeout", "max_list_len", "data_class", "with", "partition"}},
     {"query", "kreg query OP --dims NAME=V,... [--dims ...]... --db FILE [--dtype f32|bf16] [--data_class TEXT] [--json]",
      "what the table answers, and whether the match was exact, nearest or default", Query,
-     {"json", "dims", "dtype", "db", "data_class", "dist"}},
+     {"json", "dims", "dtype", "db", "data_class", "dist", "with"}},
     {"db", "kreg db show FILE | export FILE | merge OUT IN... | diff A B",
      "read and combine tuning tables (export prints the text format)", Db, {}},
 };
@@ -326,7 +372,7 @@ absl::Status CheckFlagsApply(const Command& command) {
   static const char* const kOwn[] = {"json",  "dims",   "dtype",    "param",    "input",  "save_outputs",
                                      "dist",  "seed",   "warmup",   "reps",     "check",  "threads",
                                      "db",    "variants", "strategy", "budget", "timeout", "max_list_len",
-                                     "data_class"};
+                                     "data_class", "with", "partition"};
   for (const char* name : kOwn) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag->CurrentValue() == flag->DefaultValue()) continue;

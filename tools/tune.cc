@@ -94,34 +94,36 @@ absl::StatusOr<TuningDb> LoadOrEmpty(const std::string& path) {
   return db;
 }
 
-absl::StatusOr<const OpInfo*> OpArg(const Args& args, absl::string_view command) {
+absl::Status OneArg(const Args& args, absl::string_view command) {
   if (args.size() != 1) return absl::InvalidArgumentError(absl::StrCat(command, " takes one op, e.g. topk"));
-  const OpInfo* op = FindOp(args[0]);
-  if (op == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown op '", args[0], "'"));
-  return op;
-}
-
-std::string DataClass() {
-  if (std::string d = absl::GetFlag(FLAGS_data_class); !d.empty()) return d;
-  const std::string dist = absl::GetFlag(FLAGS_dist);
-  return dist == "normal" || !absl::GetFlag(FLAGS_input).items.empty() ? "" : absl::StrCat("dist=", dist);
+  return absl::OkStatus();
 }
 
 // Tunes one problem into `db`, checkpointing to `path` after every result.
-absl::Status TuneOne(const OpInfo& op, const Registry& registry, const Dims& asked, ProblemOptions options,
-                     const std::vector<std::pair<std::string, std::string>>& files, TuningDb& db,
-                     const std::string& path) {
-  // A shapes-only problem for legality; the worker builds the real inputs.
-  ProblemOptions shapes = options;
-  shapes.fill = false;
-  absl::StatusOr<std::unique_ptr<Problem>> problem = op.make_problem(asked, shapes);
-  if (!problem.ok()) return problem.status();
-  const Dims dims = (*problem)->dims();
-  const tuning::ProblemKey key = MakeProblemKey(op.name, options.dtype, dims, ThisMachine().id(), DataClass());
+absl::Status TuneOne(const ProblemSpec& spec, const Registry& registry, TuningDb& db, const std::string& path) {
+  const Op& op = *spec.op;
+  // Shape-only arguments for the key and legality; the worker builds the
+  // real inputs. The data class of generated inputs needs a real problem.
+  ShapeArgs shape;
+  if (absl::Status s = ShapeArgsOf(spec, &shape); !s.ok()) return s;
+  std::string data_class;
+  if (op.has_data_class() && absl::GetFlag(FLAGS_data_class).empty()) {
+    absl::StatusOr<std::unique_ptr<Problem>> real = Problem::Make(spec.op, nullptr, spec.values, spec.options);
+    if (!real.ok()) return real.status();
+    absl::StatusOr<std::string> d = DataClassOf(spec, *(*real)->args());
+    if (!d.ok()) return d.status();
+    data_class = *d;
+  } else {
+    absl::StatusOr<std::string> d = DataClassOf(spec, *shape.args());
+    if (!d.ok()) return d.status();
+    data_class = *d;
+  }
+  const OpKey op_key = op.KeyOf(*shape.args());
+  const tuning::ProblemKey key = MakeProblemKey(op.name(), op_key.dtype, op_key.dims, ThisMachine().id(), data_class);
 
   std::vector<std::string> wanted = absl::StrSplit(absl::GetFlag(FLAGS_variants), ',', absl::SkipEmpty());
   for (const std::string& v : wanted) {
-    absl::StatusOr<std::shared_ptr<const Kernel>> k = registry.Get(absl::StrCat(op.name, "/", v));
+    absl::StatusOr<std::shared_ptr<const Kernel>> k = registry.Get(absl::StrCat(op.name(), "/", v));
     if (!k.ok()) return absl::InvalidArgumentError(absl::StrCat("--variants: ", k.status().message()));
   }
   struct Candidate {
@@ -131,20 +133,32 @@ absl::Status TuneOne(const OpInfo& op, const Registry& registry, const Dims& ask
   std::vector<Candidate> candidates;
   SpaceOptions space;
   space.max_list_len = absl::GetFlag(FLAGS_max_list_len);
-  for (const std::shared_ptr<const Kernel>& kernel : registry.Kernels(op.name)) {
+  for (const std::shared_ptr<const Kernel>& kernel : registry.Kernels(op.name())) {
     if (!kernel->available()) continue;
-    if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), kernel->variant()) == wanted.end()) continue;
-    for (Config& c : EnumerateSpace(*kernel, (*problem)->args(), space)) candidates.push_back({kernel, std::move(c)});
+    // The reference is the oracle, not a contender, unless asked for.
+    if (wanted.empty() ? kernel->is_reference()
+                       : std::find(wanted.begin(), wanted.end(), kernel->variant()) == wanted.end()) {
+      continue;
+    }
+    for (Config& c : EnumerateSpace(*kernel, *shape.args(), space)) candidates.push_back({kernel, std::move(c)});
   }
-  if (candidates.empty()) return absl::NotFoundError(absl::StrCat("no available ", op.name, " kernel to tune"));
+  if (candidates.empty()) return absl::NotFoundError(absl::StrCat("no available ", op.name(), " kernel to tune"));
 
   WorkerJob job;
-  job.op = std::string(op.name);
-  job.dtype = options.dtype;
-  job.dims = dims;
-  job.dist = options.dist;
-  job.seed = options.seed;
-  job.input_files = files;
+  job.op = op.name();
+  for (const auto& [name, dtype] : spec.options.dtypes) job.dtypes.emplace_back(name, DTypeName(dtype));
+  job.with.assign(spec.options.with.begin(), spec.options.with.end());
+  for (size_t i = 0; i < op.dims().size(); ++i) {
+    if (spec.values.dims[i] >= 0) job.values.emplace_back(op.dims()[i].name, absl::StrCat(spec.values.dims[i]));
+  }
+  for (size_t i = 0; i < op.attrs().size(); ++i) {
+    const kreg_scalar v = spec.values.attrs[i];
+    job.values.emplace_back(op.attrs()[i].name, op.attrs()[i].is_float ? absl::StrCat(v.f) : absl::StrCat(v.i));
+  }
+  job.dist = spec.options.dist;
+  job.partition = spec.options.partition;
+  job.seed = spec.options.seed;
+  job.input_files = spec.files;
   for (const PluginInfo& p : registry.Plugins()) job.plugins.push_back(p.path);
   job.warmup = absl::GetFlag(FLAGS_warmup);
   job.threads = absl::GetFlag(FLAGS_threads);
@@ -158,7 +172,7 @@ absl::Status TuneOne(const OpInfo& op, const Registry& registry, const Dims& ask
   search.strategy = *strategy;
   search.reps = absl::GetFlag(FLAGS_reps);
   search.budget_seconds = absl::GetFlag(FLAGS_budget);
-  search.seed = options.seed;
+  search.seed = spec.options.seed;
   search.stop = &interrupted;
 
   const std::string title = KeyString(key);
@@ -243,10 +257,10 @@ absl::Status TuneOne(const OpInfo& op, const Registry& registry, const Dims& ask
   const tuning::Entry* entry = db.FindEntry(key);
   std::string best = "no candidate succeeded";
   if (entry != nullptr && entry->has_best()) {
-    best = absl::StrCat(op.name, "/", entry->best().variant(), " ", ConfigText(entry->best().config()), "  ",
+    best = absl::StrCat(op.name(), "/", entry->best().variant(), " ", ConfigText(entry->best().config()), "  ",
                         Ms(entry->best().median_ns()));
     if (entry->has_runner_up()) {
-      absl::StrAppend(&best, "  (runner-up ", op.name, "/", entry->runner_up().variant(), " ",
+      absl::StrAppend(&best, "  (runner-up ", op.name(), "/", entry->runner_up().variant(), " ",
                       Ms(entry->runner_up().median_ns()), ")");
     }
   }
@@ -266,72 +280,77 @@ absl::Status TuneOne(const OpInfo& op, const Registry& registry, const Dims& ask
 }  // namespace
 
 absl::Status Tune(const Args& args) {
-  absl::StatusOr<const OpInfo*> op = OpArg(args, "tune");
-  if (!op.ok()) return op.status();
+  if (absl::Status s = OneArg(args, "tune"); !s.ok()) return s;
   const std::string path = absl::GetFlag(FLAGS_db);
   if (path.empty()) return absl::InvalidArgumentError("tune needs --db FILE");
   if (absl::GetFlag(FLAGS_reps) < 1 || absl::GetFlag(FLAGS_timeout) <= 0 || absl::GetFlag(FLAGS_max_list_len) < 1) {
     return absl::InvalidArgumentError("--reps, --timeout and --max_list_len must be positive");
   }
   if (absl::Status s = ParseStrategy(absl::GetFlag(FLAGS_strategy)).status(); !s.ok()) return s;
-  std::vector<std::pair<std::string, std::string>> files;
-  absl::StatusOr<ProblemOptions> options = ProblemOptionsFromFlags(&files);
-  if (!options.ok()) return options.status();
-  std::vector<Dims> problems;
-  for (const std::string& d : absl::GetFlag(FLAGS_dims).items) {
-    absl::StatusOr<Dims> dims = ParseDims(d);
-    if (!dims.ok()) return absl::InvalidArgumentError(absl::StrCat("--dims: ", dims.status().message()));
-    problems.push_back(*std::move(dims));
-  }
-  if (problems.empty()) return absl::InvalidArgumentError("tune needs at least one --dims");
-  absl::StatusOr<TuningDb> db = LoadOrEmpty(path);
-  if (!db.ok()) return db.status();
+  if (absl::GetFlag(FLAGS_dims).items.empty()) return absl::InvalidArgumentError("tune needs at least one --dims");
   absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry();
   if (!registry.ok()) return registry.status();
+  std::vector<ProblemSpec> specs;
+  for (const std::string& d : absl::GetFlag(FLAGS_dims).items) {
+    absl::StatusOr<ProblemSpec> spec = SpecFromFlags(**registry, args[0], d);
+    if (!spec.ok()) return spec.status();
+    specs.push_back(*std::move(spec));
+  }
+  absl::StatusOr<TuningDb> db = LoadOrEmpty(path);
+  if (!db.ok()) return db.status();
   db->AddMachine(ThisMachine());
   struct sigaction action {};
   action.sa_handler = OnInterrupt;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
-  for (const Dims& dims : problems) {
-    if (absl::Status s = TuneOne(**op, **registry, dims, *options, files, *db, path); !s.ok()) return s;
+  for (const ProblemSpec& spec : specs) {
+    if (absl::Status s = TuneOne(spec, **registry, *db, path); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
 absl::Status Query(const Args& args) {
-  absl::StatusOr<const OpInfo*> op = OpArg(args, "query");
-  if (!op.ok()) return op.status();
+  if (absl::Status s = OneArg(args, "query"); !s.ok()) return s;
   const std::string path = absl::GetFlag(FLAGS_db);
   if (path.empty()) return absl::InvalidArgumentError("query needs --db FILE");
-  absl::StatusOr<DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
-  if (!dtype.ok() || *dtype == DType::kI32) {
-    return absl::InvalidArgumentError(absl::StrCat("--dtype '", absl::GetFlag(FLAGS_dtype), "': expected f32 or bf16"));
-  }
-  absl::StatusOr<TuningDb> db = TuningDb::Load(path);
-  if (!db.ok()) return db.status();
+  if (absl::GetFlag(FLAGS_dims).items.empty()) return absl::InvalidArgumentError("query needs --dims");
   absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry();
   if (!registry.ok()) return registry.status();
+  absl::StatusOr<TuningDb> db = TuningDb::Load(path);
+  if (!db.ok()) return db.status();
   absl::StatusOr<Lut> lut = Lut::Build(*db, **registry);
   if (!lut.ok()) return lut.status();
   for (const std::string& w : lut->warnings()) std::cerr << "kreg: warning: " << w << "\n";
-  if (absl::GetFlag(FLAGS_dims).items.empty()) return absl::InvalidArgumentError("query needs --dims");
   for (const std::string& d : absl::GetFlag(FLAGS_dims).items) {
-    absl::StatusOr<Dims> dims = ParseDims(d);
-    if (!dims.ok()) return absl::InvalidArgumentError(absl::StrCat("--dims: ", dims.status().message()));
-    absl::StatusOr<LutAnswer> a = lut->Query((*op)->name, *dtype, *dims, ThisMachine().id(), DataClass());
+    absl::StatusOr<ProblemSpec> spec = SpecFromFlags(**registry, args[0], d);
+    if (!spec.ok()) return spec.status();
+    // The key comes from arguments, as for tune and dispatch: shape-only ones.
+    ShapeArgs shape;
+    if (absl::Status s = ShapeArgsOf(*spec, &shape); !s.ok()) return s;
+    const OpKey key = spec->op->KeyOf(*shape.args());
+    absl::StatusOr<std::string> data_class = DataClassOf(*spec, *shape.args());
+    if (!data_class.ok()) return data_class.status();
+    absl::StatusOr<LutAnswer> a = lut->Query(spec->op->name(), key.dtype, key.dims, ThisMachine().id(), *data_class);
     if (!a.ok()) return a.status();
     for (const std::string& w : a->warnings) std::cerr << "kreg: warning: " << w << "\n";
     const std::string config = a->kernel->ConfigString(*a->config);
     if (absl::GetFlag(FLAGS_json)) {
+      Json dims = Json::Object();
+      for (const auto& [n, v] : key.dims) dims.Set(n, v);
+      Json params = Json::Object();
+      for (const auto& [n, v] : a->kernel->ConfigPairs(*a->config)) params.Set(n, v);
       Json out = Json::Object();
-      out.Set("op", std::string((*op)->name)).Set("dtype", std::string(DTypeName(*dtype))).Set("dims", DimsString(*dims))
-          .Set("kernel", a->kernel->name()).Set("params", config).Set("match", std::string(MatchName(a->match)));
-      if (a->tuned_dims != nullptr) out.Set("tuned_dims", DimsString(*a->tuned_dims)).Set("distance", a->distance);
-      if (a->trial != nullptr) out.Set("median_ns", a->trial->median_ns());
+      out.Set("op", spec->op->name()).Set("dtype", key.dtype).Set("dims", std::move(dims))
+          .Set("kernel", a->kernel->name()).Set("params", std::move(params)).Set("match", std::string(MatchName(a->match)));
+      if (a->tuned_dims != nullptr) {
+        Json tuned = Json::Object();
+        for (const auto& [n, v] : *a->tuned_dims) tuned.Set(n, v);
+        out.Set("tuned_dims", std::move(tuned)).Set("distance", a->distance);
+      }
+      if (a->trial != nullptr) out.Set("median_ns", static_cast<int64_t>(a->trial->median_ns()));
       std::cout << out.Dump() << "\n";
     } else {
-      std::cout << absl::StrFormat("%s %s %s -> %s%s%s  [%s%s]\n", (*op)->name, DTypeName(*dtype), DimsString(*dims),
+      std::cout << absl::StrFormat("%s %s %s -> %s%s%s  [%s%s]\n", spec->op->name(), key.dtype, DimsString(key.dims),
                                    a->kernel->name(), config.empty() ? "" : " ", config, MatchName(a->match),
                                    a->tuned_dims ? absl::StrCat(" from ", DimsString(*a->tuned_dims), ", ",
                                                                 a->trial ? Ms(a->trial->median_ns()) : "")
@@ -341,15 +360,16 @@ absl::Status Query(const Args& args) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TableChoice> ChooseFromTable(const OpInfo& op, const Registry& registry, const void* args) {
+absl::StatusOr<TableChoice> ChooseFromTable(const ProblemSpec& spec, const Registry& registry,
+                                            const kreg_args& args) {
   absl::StatusOr<TuningDb> db = TuningDb::Load(absl::GetFlag(FLAGS_db));
   if (!db.ok()) return db.status();
   absl::StatusOr<Lut> lut = Lut::Build(*db, registry);
   if (!lut.ok()) return lut.status();
-  DType dtype;
-  Dims dims;
-  op.describe(args, &dtype, &dims);
-  absl::StatusOr<LutAnswer> a = lut->Query(op.name, dtype, dims, ThisMachine().id(), DataClass());
+  const OpKey key = spec.op->KeyOf(args);
+  absl::StatusOr<std::string> data_class = DataClassOf(spec, args);
+  if (!data_class.ok()) return data_class.status();
+  absl::StatusOr<LutAnswer> a = lut->Query(spec.op->name(), key.dtype, key.dims, ThisMachine().id(), *data_class);
   if (!a.ok()) return a.status();
   for (const std::string& w : a->warnings) std::cerr << "kreg: warning: " << w << "\n";
   absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry.Get(a->kernel->name());

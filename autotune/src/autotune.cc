@@ -12,66 +12,12 @@
 namespace kreg {
 namespace {
 
-// Increasing lists of 1..max_len values from `values` (sorted), shortest first.
-void Lists(const std::vector<int64_t>& values, int max_len, std::vector<int64_t>& prefix, size_t from,
-           std::vector<std::vector<int64_t>>& out) {
-  if (!prefix.empty()) out.push_back(prefix);
-  if (static_cast<int>(prefix.size()) == max_len) return;
-  for (size_t i = from; i < values.size(); ++i) {
-    prefix.push_back(values[i]);
-    Lists(values, max_len, prefix, i + 1, out);
-    prefix.pop_back();
-  }
-}
-
-std::vector<ParamValue> Choices(const kreg_param_desc& p, const SpaceOptions& options) {
-  std::vector<ParamValue> out;
-  switch (p.kind) {
-    case KREG_PARAM_INT:
-      for (size_t i = 0; i < p.num_values; ++i) out.push_back({p.values[i], {}});
-      break;
-    case KREG_PARAM_CHOICE:
-      for (size_t i = 0; i < p.num_choices; ++i) out.push_back({static_cast<int64_t>(i), {}});
-      break;
-    case KREG_PARAM_INT_LIST: {
-      std::vector<int64_t> values(p.values, p.values + p.num_values);
-      std::sort(values.begin(), values.end());
-      values.erase(std::unique(values.begin(), values.end()), values.end());
-      std::vector<std::vector<int64_t>> lists;
-      std::vector<int64_t> prefix;
-      Lists(values, options.max_list_len, prefix, 0, lists);
-      std::vector<int64_t> def(p.default_list, p.default_list + p.default_list_len);
-      out.push_back({0, def});
-      for (auto& l : lists) {
-        if (l != def) out.push_back({0, std::move(l)});
-      }
-      break;
-    }
-  }
-  return out;
-}
-
 using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-std::vector<Config> EnumerateSpace(const Kernel& kernel, const void* args, const SpaceOptions& options) {
-  std::vector<Config> all = {Config()};
-  for (size_t i = 0; i < kernel.num_params(); ++i) {
-    std::vector<Config> next;
-    for (const ParamValue& v : Choices(kernel.param(i), options)) {
-      for (const Config& c : all) {
-        std::vector<ParamValue> values = c.values();
-        values.push_back(v);
-        next.emplace_back(std::move(values));
-      }
-    }
-    all = std::move(next);
-  }
-  // The default first, then the rest in enumeration order.
-  const Config def = kernel.DefaultConfig();
-  auto it = std::find(all.begin(), all.end(), def);
-  if (it != all.end()) std::rotate(all.begin(), it, it + 1);
+std::vector<Config> EnumerateSpace(const Kernel& kernel, const kreg_args& args, const SpaceOptions& options) {
+  std::vector<Config> all = kernel.params().Enumerate(CpuIsa(), args.dims, options.max_list_len);
   std::vector<char> legal(all.size());
   tbb::parallel_for(size_t{0}, all.size(), [&](size_t i) { legal[i] = kernel.Check(all[i], args).ok(); });
   std::vector<Config> out;

@@ -6,13 +6,18 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kreg/ops.h"
+#include "kreg/op.h"
+#include "kreg/params.h"
 #include "kreg/registry.h"
 
 namespace kreg {
 namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 // A synthetic space with a known answer: candidate i costs
 // 100 + (i - 37)^2 microseconds, with 2% multiplicative noise per sample,
@@ -105,21 +110,61 @@ TEST(SearchTest, BudgetStopsTheSearch) {
   EXPECT_GE(r.best, 0);
 }
 
-TEST(SpaceTest, ProductOfTheParametersFilteredByLegality) {
-  Registry registry;
-  ASSERT_TRUE(registry.LoadPlugin(std::string(KREG_PLUGIN_DIR) + "/kreg_topk.so").ok());
-  ProblemOptions shapes_only;
-  shapes_only.fill = false;
-  auto problem = *FindOp("topk")->make_problem({{"batch", 2}, {"n", 1000}, {"k", 64}}, shapes_only);
-  std::shared_ptr<const Kernel> radix = *registry.Get("topk/radix");
-  std::vector<Config> space = EnumerateSpace(*radix, problem->args());
+// Shape-only arguments of `op` for `dims` (default dtypes, no optional
+// inputs), as the tuner and the table use them.
+class ShapeProblem {
+ public:
+  ShapeProblem(const Op& op, const NamedValues& named) {
+    absl::StatusOr<Values> values = op.ParseValues(named);
+    EXPECT_TRUE(values.ok()) << values.status();
+    absl::StatusOr<TensorTypes> types = op.ResolveTypes({}, {}, {});
+    EXPECT_TRUE(types.ok()) << types.status();
+    if (values.ok() && types.ok()) {
+      absl::Status s = op.MakeShapeArgs(*values, *types, &args_);
+      EXPECT_TRUE(s.ok()) << s;
+    }
+  }
+  const kreg_args& args() const { return *args_.args(); }
+
+ private:
+  ShapeArgs args_;
+};
+
+class SpaceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<absl::Status> refused = registry_.LoadPlugins(
+        {std::string(KREG_PLUGIN_DIR) + "/kreg_topk.so", std::string(KREG_AXPY_PLUGIN_DIR) + "/test_axpy.so"});
+    ASSERT_TRUE(refused.empty()) << refused[0];
+  }
+  std::shared_ptr<const Kernel> Get(const std::string& name) {
+    absl::StatusOr<std::shared_ptr<const Kernel>> k = registry_.Get(name);
+    EXPECT_TRUE(k.ok()) << k.status();
+    return k.ok() ? *k : nullptr;
+  }
+  const Op& GetOp(const std::string& name) { return **registry_.GetOp(name); }
+  Registry registry_;
+};
+
+bool HasAvx2AndFma() {
+  return (CpuIsa() & (KREG_ISA_AVX2 | KREG_ISA_FMA)) == (KREG_ISA_AVX2 | KREG_ISA_FMA);
+}
+
+TEST_F(SpaceTest, ProductOfTheParametersFilteredByLegality) {
+  ShapeProblem problem(GetOp("topk"), {{"batch", "2"}, {"n", "1000"}, {"k", "64"}});
+  EXPECT_TRUE(problem.args().flags & KREG_ARGS_SHAPE_ONLY);
+  std::shared_ptr<const Kernel> radix = Get("topk/radix");
+  std::vector<Config> space = EnumerateSpace(*radix, problem.args());
   EXPECT_EQ(space.size(), 3u * 2u * 4u);
   EXPECT_EQ(space.front(), radix->DefaultConfig());
+  std::set<std::string> distinct;
+  for (const Config& c : space) distinct.insert(radix->ConfigString(c));
+  EXPECT_EQ(distinct.size(), space.size());
 
-  std::shared_ptr<const Kernel> blockwise = *registry.Get("topk/blockwise");
+  std::shared_ptr<const Kernel> blockwise = Get("topk/blockwise");
   SpaceOptions lists;
   lists.max_list_len = 2;
-  space = EnumerateSpace(*blockwise, problem->args(), lists);
+  space = EnumerateSpace(*blockwise, problem.args(), lists);
   // 5 block counts x 2 stage-two methods x (default + 11 singles + 55 pairs).
   EXPECT_EQ(space.size(), 5u * 2u * (1u + 11u + 55u));
   EXPECT_EQ(space.front(), blockwise->DefaultConfig());
@@ -128,6 +173,118 @@ TEST(SpaceTest, ProductOfTheParametersFilteredByLegality) {
     EXPECT_TRUE(std::is_sorted(schedule.begin(), schedule.end()));
     EXPECT_TRUE(std::adjacent_find(schedule.begin(), schedule.end()) == schedule.end());
   }
+  // Lists of one value: default + 11 singles.
+  lists.max_list_len = 1;
+  EXPECT_EQ(EnumerateSpace(*blockwise, problem.args(), lists).size(), 5u * 2u * (1u + 11u));
+  // What EnumerateSpace returns is ParamSpace::Enumerate filtered by Check.
+  std::vector<Config> all = blockwise->params().Enumerate(CpuIsa(), problem.args().dims, 2);
+  EXPECT_EQ(all.size(), 5u * 2u * (1u + 11u + 55u));
+}
+
+TEST_F(SpaceTest, AChoiceTheCpuLacksIsNeverEnumerated) {
+  std::shared_ptr<const Kernel> blocked = Get("axpy/blocked");
+  const ParamSpace& space = blocked->params();
+  const int unroll = space.Find("unroll");
+  ASSERT_EQ(unroll, 1);
+  ASSERT_EQ(space[unroll].kind, KREG_PARAM_CHOICE);
+  ASSERT_EQ(space[unroll].choices, (std::vector<std::string>{"scalar", "avx2"}));
+  const int64_t dims[] = {1000};
+  // As KREG_ISA_MASK=fma would make the CPU look: no avx2 choice, and
+  // nothing for the inactive prefetch to vary.
+  for (uint32_t isa : {0u, static_cast<uint32_t>(KREG_ISA_FMA), static_cast<uint32_t>(KREG_ISA_AVX2)}) {
+    SCOPED_TRACE(IsaString(isa));
+    EXPECT_FALSE(space[unroll].ChoiceAvailable(1, isa));
+    std::vector<Config> configs = space.Enumerate(isa, dims, 2);
+    EXPECT_EQ(configs.size(), 6u);  // block 16..512
+    for (const Config& c : configs) EXPECT_EQ(space.Format(c).find("unroll=avx2"), std::string::npos);
+    EXPECT_TRUE(space.Parse({{"unroll", "scalar"}}, "axpy/blocked", isa).ok());
+    // The default moves off a choice the CPU lacks (here it is scalar).
+    EXPECT_EQ(space.Format(space.Default(isa)), "block=256 unroll=scalar prefetch=0");
+    EXPECT_THAT(std::string(space.Parse({{"unroll", "avx2"}}, "axpy/blocked", isa).status().message()),
+                HasSubstr("'avx2' needs an ISA this CPU lacks"));
+  }
+  // With both bits the avx2 choice is searched.
+  const uint32_t both = KREG_ISA_AVX2 | KREG_ISA_FMA;
+  EXPECT_TRUE(space[unroll].ChoiceAvailable(1, both));
+  std::vector<Config> configs = space.Enumerate(both, dims, 2);
+  EXPECT_EQ(configs.size(), 6u * (1u + 2u));
+  size_t avx2 = 0;
+  for (const Config& c : configs) avx2 += c.values()[unroll].value == 1;
+  EXPECT_EQ(avx2, 6u * 2u);
+
+  // On this CPU, through the tuner's EnumerateSpace.
+  ShapeProblem problem(GetOp("axpy"), {{"n", "1000"}});
+  std::vector<Config> here = EnumerateSpace(*blocked, problem.args());
+  EXPECT_EQ(here.size(), HasAvx2AndFma() ? 18u : 6u);
+  for (const Config& c : here) {
+    EXPECT_TRUE(space[unroll].ChoiceAvailable(c.values()[unroll].value, CpuIsa())) << space.Format(c);
+  }
+  EXPECT_EQ(blocked->ConfigString(blocked->DefaultConfig()), "block=256 unroll=scalar prefetch=0");
+}
+
+TEST_F(SpaceTest, AnInactiveParameterIsNotVaried) {
+  std::shared_ptr<const Kernel> blocked = Get("axpy/blocked");
+  const ParamSpace& space = blocked->params();
+  const int unroll = space.Find("unroll"), prefetch = space.Find("prefetch");
+  ASSERT_EQ(prefetch, 2);
+  EXPECT_EQ(space[prefetch].when_param, unroll);
+  EXPECT_THAT(space[prefetch].when_values, ElementsAre(1));
+  const int64_t dims[] = {4096};
+  const uint32_t both = KREG_ISA_AVX2 | KREG_ISA_FMA;
+  std::vector<Config> configs = space.Enumerate(both, dims, 2);
+  // block 16..4096 (9 values) x (scalar + avx2 x prefetch 0, 1): prefetch
+  // does not multiply the scalar configurations.
+  EXPECT_EQ(configs.size(), 9u * 3u);
+  std::map<std::pair<int64_t, int64_t>, std::set<int64_t>> prefetch_by;  // (block, unroll) -> prefetch
+  for (const Config& c : configs) {
+    const bool active = space.Active(c, prefetch);
+    EXPECT_EQ(active, c.values()[unroll].value == 1) << space.Format(c);
+    if (!active) {
+      EXPECT_EQ(c.values()[prefetch].value, 0) << space.Format(c);  // its default
+    }
+    prefetch_by[{c.values()[0].value, c.values()[unroll].value}].insert(c.values()[prefetch].value);
+  }
+  for (const auto& [key, values] : prefetch_by) {
+    EXPECT_EQ(values, (key.second == 1 ? std::set<int64_t>{0, 1} : std::set<int64_t>{0}));
+  }
+  // Setting an inactive parameter is refused, naming what it depends on.
+  EXPECT_THAT(std::string(space.Parse({{"prefetch", "1"}}, "axpy/blocked", both).status().message()),
+              HasSubstr("inactive here (it applies when 'unroll' is 1)"));
+  EXPECT_TRUE(space.Parse({{"unroll", "avx2"}, {"prefetch", "1"}}, "axpy/blocked", both).ok());
+}
+
+TEST_F(SpaceTest, PowersOfTwoAreCappedAtTheDim) {
+  std::shared_ptr<const Kernel> blocked = Get("axpy/blocked");
+  const ParamInfo& block = blocked->params()[0];
+  ASSERT_EQ(block.name, "block");
+  EXPECT_EQ(block.values_kind, KREG_VALUES_POW2);
+  EXPECT_THAT(block.Values(), ElementsAre(16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536));
+  const std::vector<std::pair<int64_t, std::vector<int64_t>>> expected = {
+      {1000, {16, 32, 64, 128, 256, 512}},
+      {1024, {16, 32, 64, 128, 256, 512, 1024}},
+      {16, {16}},
+      {15, {}},
+      {0, {}},
+      {int64_t{1} << 30, {16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}}};
+  for (const auto& [n, values] : expected) {
+    SCOPED_TRACE(n);
+    EXPECT_EQ(block.Values(&n), values);
+    ShapeProblem problem(GetOp("axpy"), {{"n", absl::StrCat(n)}});
+    std::vector<Config> space = EnumerateSpace(*blocked, problem.args());
+    std::set<int64_t> blocks;
+    for (const Config& c : space) blocks.insert(c.values()[0].value);
+    EXPECT_EQ(blocks, std::set<int64_t>(values.begin(), values.end()));
+    EXPECT_EQ(space.size(), values.size() * (HasAvx2AndFma() ? 3u : 1u));
+    // The default (block=256) first when the cap allows it, absent when not.
+    const bool default_legal = n >= 256;
+    ASSERT_EQ(!space.empty() && space.front() == blocked->DefaultConfig(), default_legal);
+    EXPECT_EQ(blocked->Check(blocked->DefaultConfig(), problem.args()).ok(), default_legal);
+  }
+  // A value above the cap is refused for that problem, naming the legal ones.
+  ShapeProblem small(GetOp("axpy"), {{"n", "100"}});
+  absl::Status s = blocked->Check(*blocked->ParseConfig({{"block", "128"}}), small.args());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("128 is not one of 16, 32, 64"));
 }
 
 }  // namespace

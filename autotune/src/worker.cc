@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kreg/measure.h"
 #include "kreg/npy.h"
 #include "kreg/registry.h"
 
@@ -45,12 +46,15 @@ void WriteAll(int fd, const std::string& s) {
 }  // namespace
 
 std::string WorkerJob::Serialize() const {
-  std::vector<std::string> inputs, plugin_list;
+  std::vector<std::string> inputs, plugin_list, types;
   for (const auto& [name, path] : input_files) inputs.push_back(absl::StrCat(name, ":", path));
-  return absl::StrCat("job\top=", op, "\tdtype=", DTypeName(dtype), "\tdims=", DimsString(dims),
-                      "\tdist=", DistName(dist), "\tseed=", seed, "\tinputs=", absl::StrJoin(inputs, ";"),
-                      "\tplugins=", absl::StrJoin(plugins, ";"), "\twarmup=", warmup, "\tthreads=", threads,
-                      "\tmax_seconds=", max_seconds_per_run, "\n");
+  for (const auto& [name, dtype] : dtypes) types.push_back(absl::StrCat(name, ":", dtype));
+  return absl::StrCat("job\top=", op, "\tvalues=",
+                      absl::StrJoin(values, ",", absl::PairFormatter("=")), "\tdtypes=", absl::StrJoin(types, ";"),
+                      "\twith=", absl::StrJoin(with, ","), "\tdist=", DistName(dist),
+                      "\tpartition=", PartitionName(partition), "\tseed=", seed,
+                      "\tinputs=", absl::StrJoin(inputs, ";"), "\tplugins=", absl::StrJoin(plugins, ";"),
+                      "\twarmup=", warmup, "\tthreads=", threads, "\tmax_seconds=", max_seconds_per_run, "\n");
 }
 
 absl::StatusOr<WorkerJob> WorkerJob::Parse(absl::string_view line) {
@@ -63,18 +67,25 @@ absl::StatusOr<WorkerJob> WorkerJob::Parse(absl::string_view line) {
     bool ok = true;
     if (key == "op") {
       job.op = std::string(value);
-    } else if (key == "dtype") {
-      absl::StatusOr<DType> d = ParseDType(value);
-      ok = d.ok();
-      if (ok) job.dtype = *d;
-    } else if (key == "dims") {
-      absl::StatusOr<Dims> d = ParseDims(value);
-      ok = d.ok();
-      if (ok) job.dims = *d;
+    } else if (key == "values") {
+      absl::StatusOr<NamedValues> v = ParseNamedValues(value);
+      ok = v.ok();
+      if (ok) job.values = *v;
+    } else if (key == "dtypes") {
+      for (absl::string_view item : absl::StrSplit(value, ';', absl::SkipEmpty())) {
+        std::pair<std::string, std::string> t = absl::StrSplit(item, absl::MaxSplits(':', 1));
+        job.dtypes.push_back(std::move(t));
+      }
+    } else if (key == "with") {
+      for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipEmpty())) job.with.emplace_back(item);
     } else if (key == "dist") {
       absl::StatusOr<Dist> d = ParseDist(value);
       ok = d.ok();
       if (ok) job.dist = *d;
+    } else if (key == "partition") {
+      absl::StatusOr<Partition> p = ParsePartition(value);
+      ok = p.ok();
+      if (ok) job.partition = *p;
     } else if (key == "seed") {
       ok = absl::SimpleAtoi(value, &job.seed);
     } else if (key == "inputs") {
@@ -94,6 +105,25 @@ absl::StatusOr<WorkerJob> WorkerJob::Parse(absl::string_view line) {
     if (!ok) return absl::InvalidArgumentError(absl::StrCat("worker: bad job field '", fields[i], "'"));
   }
   return job;
+}
+
+absl::StatusOr<ProblemOptions> WorkerJob::Options() const {
+  ProblemOptions options;
+  for (const auto& [name, dtype] : dtypes) {
+    absl::StatusOr<DType> d = ParseDType(dtype);
+    if (!d.ok()) return d.status();
+    options.dtypes[name] = *d;
+  }
+  options.with.insert(with.begin(), with.end());
+  options.dist = dist;
+  options.partition = partition;
+  options.seed = seed;
+  for (const auto& [name, path] : input_files) {
+    absl::StatusOr<Tensor> t = ReadNpy(path);
+    if (!t.ok()) return t.status();
+    options.inputs[name] = *std::move(t);
+  }
+  return options;
 }
 
 // ---- The parent's side ------------------------------------------------------
@@ -315,88 +345,6 @@ std::string OneLine(absl::string_view s) {
 // Inputs smaller than this are rotated among several buffers.
 constexpr size_t kRotateBelowBytes = size_t{64} << 20;
 
-double Nanos(Clock::duration d) { return std::chrono::duration<double, std::nano>(d).count(); }
-
-// `verified`: this candidate's output already matched the reference on these
-// inputs in this worker (halving re-measures survivors), so its first run
-// need not be checked again.
-Measurement MeasureHere(const Kernel& kernel, const Config& config, int reps, bool verified,
-                        const WorkerJob& job, std::vector<std::unique_ptr<Problem>>& problems) {
-  Measurement m;
-  RunOptions run_options;
-  run_options.num_threads = job.threads;
-  Workspace workspace;
-  run_options.workspace = &workspace;
-  Problem& first = *problems[0];
-  if (absl::Status s = kernel.Check(config, first.args()); !s.ok()) {
-    m.status = TrialStatus::kIllegal;
-    m.error = std::string(s.message());
-    return m;
-  }
-  // The checked run: poisoned outputs, then the reference. Its time is the
-  // first sample.
-  auto t0 = Clock::now(), t1 = t0;
-  absl::Status s;
-  if (!verified || reps <= 1) {
-    first.PoisonOutputs();
-    t0 = Clock::now();
-    s = kernel.Run(config, first.args(), run_options);
-    t1 = Clock::now();
-    if (!s.ok()) {
-      m.error = std::string(s.message());
-      return m;
-    }
-    if (absl::Status c = first.CheckOutputs(); !c.ok()) {
-      m.status = TrialStatus::kWrongResult;
-      m.error = std::string(c.message());
-      return m;
-    }
-  }
-  std::vector<double> times;
-  if (reps <= 1) {
-    times.push_back(Nanos(t1 - t0));
-  } else {
-    size_t turn = 0;
-    // One warm-up suffices for a candidate already run in this worker.
-    const int warmup = verified ? std::min(job.warmup, 1) : job.warmup;
-    for (int i = 0; i < warmup; ++i) {
-      (void)kernel.Run(config, problems[turn++ % problems.size()]->args(), run_options);
-    }
-    const auto start = Clock::now();
-    std::vector<double> medians;  // the running median after each sample
-    for (int i = 0; i < reps; ++i) {
-      const void* args = problems[turn++ % problems.size()]->args();
-      t0 = Clock::now();
-      s = kernel.Run(config, args, run_options);
-      t1 = Clock::now();
-      if (!s.ok()) {
-        m.error = std::string(s.message());
-        return m;
-      }
-      times.push_back(Nanos(t1 - t0));
-      std::vector<double> sorted = times;
-      std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
-      medians.push_back(sorted[sorted.size() / 2]);
-      // Stop early once the median is stable (the last three running medians
-      // within 1%), or past the time cap; never before 5 samples.
-      const size_t k = medians.size();
-      if (k >= 5) {
-        const auto [lo, hi] = std::minmax({medians[k - 1], medians[k - 2], medians[k - 3]});
-        if (hi <= lo * 1.01) break;
-      }
-      if (i >= 2 && std::chrono::duration<double>(t1 - start).count() > job.max_seconds_per_run) break;
-    }
-  }
-  std::sort(times.begin(), times.end());
-  const size_t n = times.size();
-  m.status = TrialStatus::kOk;
-  m.median_ns = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
-  m.min_ns = times.front();
-  m.max_ns = times.back();
-  m.reps = static_cast<int>(n);
-  return m;
-}
-
 }  // namespace
 
 int WorkerMain(int in_fd, int protocol_fd) {
@@ -419,37 +367,33 @@ int WorkerMain(int in_fd, int protocol_fd) {
   absl::StatusOr<WorkerJob> job = WorkerJob::Parse(line);
   if (!job.ok()) return fatal(job.status().message());
   Registry registry;
-  for (const std::string& plugin : job->plugins) {
-    if (absl::Status s = registry.LoadPlugin(plugin); !s.ok()) return fatal(s.message());
-  }
-  const OpInfo* op = FindOp(job->op);
-  if (op == nullptr) return fatal(absl::StrCat("unknown op '", job->op, "'"));
-  ProblemOptions options;
-  options.dtype = job->dtype;
-  options.dist = job->dist;
-  options.seed = job->seed;
-  for (const auto& [name, path] : job->input_files) {
-    absl::StatusOr<Tensor> t = ReadNpy(path);
-    if (!t.ok()) return fatal(t.status().message());
-    options.inputs[name] = *std::move(t);
-  }
+  for (const absl::Status& s : registry.LoadPlugins(job->plugins)) return fatal(s.message());
+  absl::StatusOr<std::shared_ptr<const Op>> op = registry.GetOp(job->op);
+  if (!op.ok()) return fatal(op.status().message());
+  absl::StatusOr<Values> values = (*op)->ParseValues(job->values);
+  if (!values.ok()) return fatal(values.status().message());
+  absl::StatusOr<ProblemOptions> options = job->Options();
+  if (!options.ok()) return fatal(options.status().message());
+  std::shared_ptr<const Kernel> reference = registry.Reference(job->op);
   std::vector<std::unique_ptr<Problem>> problems;
-  absl::StatusOr<std::unique_ptr<Problem>> first = op->make_problem(job->dims, options);
+  absl::StatusOr<std::unique_ptr<Problem>> first = Problem::Make(*op, reference, *values, *options);
   if (!first.ok()) return fatal(first.status().message());
   size_t bytes = 0;
   for (const auto& [name, t] : (*first)->inputs()) bytes += t->nbytes();
   problems.push_back(*std::move(first));
   // Fresh random inputs to rotate through; the user's own data is used as is.
-  const size_t buffers = options.inputs.empty() && bytes > 0
+  const size_t buffers = options->inputs.empty() && bytes > 0
                              ? std::clamp<size_t>(kRotateBelowBytes / bytes, 1, 8) : 1;
   for (size_t i = 1; i < buffers; ++i) {
-    options.seed = job->seed + i;
-    absl::StatusOr<std::unique_ptr<Problem>> p = op->make_problem(job->dims, options);
+    options->seed = job->seed + i;
+    absl::StatusOr<std::unique_ptr<Problem>> p = Problem::Make(*op, reference, *values, *options);
     if (!p.ok()) return fatal(p.status().message());
     problems.push_back(*std::move(p));
   }
+  std::vector<Problem*> rotation;
+  for (auto& p : problems) rotation.push_back(p.get());
   // The reference is computed now, before any candidate's clock starts.
-  (void)problems[0]->CheckOutputs();
+  if (absl::Status s = problems[0]->ComputeReference(); !s.ok()) return fatal(s.message());
   absl::flat_hash_set<std::string> verified;  // "kernel\tparams" that passed
 
   while (in.Next(&line)) {
@@ -471,7 +415,13 @@ int WorkerMain(int in_fd, int protocol_fd) {
       m.error = std::string(config.status().message());
     } else {
       const std::string id = absl::StrCat(f[2], "\t", (*kernel)->ConfigString(*config));
-      m = MeasureHere(**kernel, *config, reps, verified.contains(id), *job, problems);
+      MeasureOptions measure;
+      measure.warmup = job->warmup;
+      measure.reps = reps;
+      measure.max_seconds = job->max_seconds_per_run;
+      measure.verified = verified.contains(id);
+      measure.run.num_threads = job->threads;
+      m = MeasureKernel(**kernel, *config, rotation, measure);
       if (m.ok()) verified.insert(id);
     }
     WriteAll(out_fd, absl::StrCat("done\t", f[1], "\t", TrialStatusName(m.status), "\t", m.median_ns, "\t",

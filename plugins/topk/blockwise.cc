@@ -11,7 +11,7 @@
 // pivot. Otherwise the next m of `m_schedule` is tried, ending with m = k,
 // which always holds: there the superset is the whole range. Stage two is an
 // exact top-k of the superset. The depth used (m-1, or k when the schedule
-// ran out) is reported per row in args->stats.
+// ran out) is reported per row in the optional `stats` tensor.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -31,17 +31,49 @@ const int64_t kDefaultSchedule[] = {5, 8, 12};
 enum Stage2 { kPartialSort = 0, kNthElement = 1 };
 const char* const kStage2[] = {"partial_sort", "nth_element"};
 
-const kreg_param_desc kParams[] = {
-    {sizeof(kreg_param_desc), "num_blocks", "column-strided blocks (8 per AVX2 vector)", KREG_PARAM_INT,
-     kNumBlocks, 5, nullptr, 0, 128, nullptr, 0},
-    {sizeof(kreg_param_desc), "m_schedule", "increasing depths m to try before m = k (entries >= k unused)",
-     KREG_PARAM_INT_LIST, kMCandidates, 11, nullptr, 0, 0, kDefaultSchedule, 3},
-    {sizeof(kreg_param_desc), "stage2", "exact top-k of the superset: partial_sort or nth_element + sort",
-     KREG_PARAM_CHOICE, nullptr, 0, kStage2, 2, kPartialSort, nullptr, 0},
-};
+const kreg_param_desc kNumBlocksParam = [] {
+  kreg_param_desc d{};
+  d.struct_size = sizeof(kreg_param_desc);
+  d.name = "num_blocks";
+  d.doc = "column-strided blocks (8 per AVX2 vector)";
+  d.kind = KREG_PARAM_INT;
+  d.values = kNumBlocks;
+  d.num_values = 5;
+  d.default_value = 128;
+  return d;
+}();
+const kreg_param_desc kMScheduleParam = [] {
+  kreg_param_desc d{};
+  d.struct_size = sizeof(kreg_param_desc);
+  d.name = "m_schedule";
+  d.doc = "increasing depths m to try before m = k (entries >= k unused)";
+  d.kind = KREG_PARAM_INT_LIST;
+  d.values = kMCandidates;
+  d.num_values = 11;
+  d.default_value = 0;
+  d.default_list = kDefaultSchedule;
+  d.default_list_len = 3;
+  return d;
+}();
+const kreg_param_desc kStage2Param = [] {
+  kreg_param_desc d{};
+  d.struct_size = sizeof(kreg_param_desc);
+  d.name = "stage2";
+  d.doc = "exact top-k of the superset: partial_sort or nth_element + sort";
+  d.kind = KREG_PARAM_CHOICE;
+  d.values = nullptr;
+  d.num_values = 0;
+  d.choices = kStage2;
+  d.num_choices = 2;
+  d.default_value = kPartialSort;
+  return d;
+}();
+const kreg_param_desc* const kParams[] = {&kNumBlocksParam, &kMScheduleParam, &kStage2Param};
 
-kreg_status Check(const kreg_config* config, const void*, char* msg, size_t cap) {
-  const kreg_param_value& schedule = config->values[1];
+kreg_status Check(const kreg_config* config, const kreg_args* args, const kreg_host* host, char* msg,
+                  size_t cap) {
+  if (kreg_status s = CheckTopK(config, args, host, msg, cap); s != KREG_OK) return s;
+  const kreg_param_value& schedule = Param(config, 1);
   for (size_t i = 0; i < schedule.list_len; ++i) {
     if (schedule.list[i] < 2 || (i > 0 && schedule.list[i] <= schedule.list[i - 1])) {
       return Fail(KREG_INVALID_ARGUMENT, msg, cap, "m_schedule must be increasing with entries >= 2");
@@ -136,13 +168,13 @@ inline uint64_t SlotKey(const Blocks& b, int64_t nb, int64_t j, int64_t i) {
   return c < 0 ? 0 : Pack(static_cast<uint32_t>(b.score[j * nb + i]) ^ 0x80000000u, c);
 }
 
-kreg_status Run(const kreg_topk_args& a, const kreg_config* config, const kreg_host* host, char* msg,
+kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg,
                 size_t cap) {
   const bool bf16 = IsBf16(a);
-  const int64_t nb = config->values[0].value;
+  const int64_t nb = Param(config, 0).value;
   std::vector<int64_t> schedule;
-  for (size_t i = 0; i < config->values[1].list_len; ++i) schedule.push_back(config->values[1].list[i]);
-  const bool nth = config->values[2].value == kNthElement;
+  for (size_t i = 0; i < Param(config, 1).list_len; ++i) schedule.push_back(Param(config, 1).list[i]);
+  const bool nth = Param(config, 2).value == kNthElement;
   tbb::enumerable_thread_specific<Blocks> per_thread;
   const kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
                                                std::vector<uint64_t>& keys) {
@@ -183,10 +215,23 @@ kreg_status Run(const kreg_topk_args& a, const kreg_config* config, const kreg_h
 
 }  // namespace
 
-extern const kreg_kernel kBlockwiseKernel = {
-    sizeof(kreg_kernel), "topk", "blockwise", 2,
-    "blockwise superset: running top-m per column-strided block, then top-k of the superset",
-    KREG_ISA_AVX2, kParams, 3, Check, nullptr, GuardedRun<Run>,
-};
+extern const kreg_kernel kBlockwiseKernel = [] {
+  kreg_kernel d{};
+  d.struct_size = sizeof(kreg_kernel);
+  d.op = "topk";
+  d.variant = "blockwise";
+  d.version = 2;
+  d.doc = "blockwise superset: running top-m per column-strided block, then top-k of the superset";
+  d.required_isa = KREG_ISA_AVX2;
+  d.flags = 0;
+  d.params = kParams;
+  d.num_params = sizeof kParams / sizeof kParams[0];
+  d.check = Check;
+  d.workspace_bytes = nullptr;
+  d.run = GuardedRun<Run>;
+  d.prepare = nullptr;
+  d.release = nullptr;
+  return d;
+}();
 
 }  // namespace kreg::topk

@@ -1,5 +1,6 @@
-// Shared by the topk variants: row access, kreg's order as integer keys,
-// output writing and the row-parallel driver. Plugin-private; speaks only the
+// Shared by the topk kernels: the typed view of a topk call's kreg_args, row
+// access, kreg's order as integer keys, output writing, the row-parallel
+// driver and the guarded entry points. Plugin-private; speaks only the
 // ABI header.
 #ifndef KREG_PLUGINS_TOPK_COMMON_H_
 #define KREG_PLUGINS_TOPK_COMMON_H_
@@ -24,16 +25,61 @@
 
 namespace kreg::topk {
 
+// The op's tensors, dims and attributes, in the order op.cc declares them
+// (kreg_args holds them in this order).
+enum TensorIndex { kInput = 0, kRowStarts, kRowEnds, kValues, kIndices, kStats, kNumTensors };
+enum DimIndex { kBatch = 0, kN, kK, kNumDims };
+enum AttrIndex { kLargest = 0, kNumAttrs };
+
+// A typed view of a topk call's kreg_args (see op.cc for the contract):
+// plugin-private, built per call by MakeTopKArgs. Absent optional tensors
+// are NULL.
+struct TopKArgs {
+  const DLTensor* input;       // [batch, n] f32 or bf16
+  int64_t k;                   // 0 <= k <= n
+  int32_t largest;             // 1: largest first; 0: smallest first
+  const DLTensor* row_starts;  // int32 [batch] or NULL (0)
+  const DLTensor* row_ends;    // int32 [batch] or NULL (n)
+  DLTensor* values;            // [batch, k], the input's dtype
+  DLTensor* indices;           // int32 [batch, k]
+  DLTensor* stats;             // int32 [batch] or NULL
+};
+
+// Builds the view of `args`. Reads no tensor data, so it also serves
+// shape-only args. False (with a reason in msg) if args are not shaped like
+// the topk op's, which the host rules out; this is only a guard.
+inline bool MakeTopKArgs(const kreg_args* args, TopKArgs* out, char* msg, size_t cap) {
+  if (args == nullptr || args->struct_size < KREG_ARGS_MIN_SIZE || args->num_tensors < kNumTensors ||
+      args->num_dims < kNumDims || args->num_attrs < kNumAttrs || args->tensors == nullptr ||
+      args->dims == nullptr || args->attrs == nullptr || args->tensors[kInput] == nullptr ||
+      args->tensors[kValues] == nullptr || args->tensors[kIndices] == nullptr) {
+    std::snprintf(msg, cap, "args are not those of op topk");
+    return false;
+  }
+  out->input = args->tensors[kInput];
+  out->k = args->dims[kK];
+  out->largest = args->attrs[kLargest].i != 0;
+  out->row_starts = args->tensors[kRowStarts];
+  out->row_ends = args->tensors[kRowEnds];
+  out->values = args->tensors[kValues];
+  out->indices = args->tensors[kIndices];
+  out->stats = args->tensors[kStats];
+  return true;
+}
+
+// The value of parameter i of a configuration.
+inline const kreg_param_value& Param(const kreg_config* config, size_t i) { return *config->values[i]; }
+
 template <typename T>
 inline T* RowPtr(const DLTensor* t, int64_t r) {
   int64_t stride = t->strides ? t->strides[0] : (t->ndim == 2 ? t->shape[1] : 1);
   return reinterpret_cast<T*>(static_cast<char*>(t->data) + t->byte_offset) + r * stride;
 }
 
-inline bool IsBf16(const kreg_topk_args& a) { return a.input->dtype.code == kDLBfloat; }
+inline bool IsBf16(const TopKArgs& a) { return a.input->dtype.code == kDLBfloat; }
 
 // The column range [start, end) of row r.
-inline void RowRange(const kreg_topk_args& a, int64_t r, int64_t* start, int64_t* end) {
+inline void RowRange(const TopKArgs& a, int64_t r, int64_t* start, int64_t* end) {
   *start = a.row_starts ? RowPtr<const int32_t>(a.row_starts, 0)[r] : 0;
   *end = a.row_ends ? RowPtr<const int32_t>(a.row_ends, 0)[r] : a.input->shape[1];
 }
@@ -63,7 +109,7 @@ inline uint32_t FloatBits(const void* row, bool bf16, int64_t c) {
 }
 
 // Row r of the input, as float32 or bf16 elements.
-inline const void* InputRow(const kreg_topk_args& a, int64_t r) {
+inline const void* InputRow(const TopKArgs& a, int64_t r) {
   return IsBf16(a) ? static_cast<const void*>(RowPtr<const uint16_t>(a.input, r))
                    : static_cast<const void*>(RowPtr<const float>(a.input, r));
 }
@@ -79,7 +125,7 @@ inline int32_t PackedCol(uint64_t p) {
 
 // Writes row r's result: `count` columns best first, then -1 padding with the
 // worst value up to k.
-inline void WriteRow(const kreg_topk_args& a, int64_t r, const int32_t* cols, int64_t count) {
+inline void WriteRow(const TopKArgs& a, int64_t r, const int32_t* cols, int64_t count) {
   int32_t* idx = RowPtr<int32_t>(a.indices, r);
   const bool bf16 = IsBf16(a);
   const uint32_t worst = a.largest ? 0xff800000u : 0x7f800000u;  // -inf : +inf
@@ -99,7 +145,8 @@ inline void WriteRow(const kreg_topk_args& a, int64_t r, const int32_t* cols, in
 }
 
 inline bool Cancelled(const kreg_host* host) {
-  return host != nullptr && host->cancelled != nullptr && host->cancelled(host->ctx);
+  return host != nullptr && KREG_HAS_FIELD(host, kreg_host, cancelled) && host->cancelled != nullptr &&
+         host->cancelled(host->ctx);
 }
 
 // Runs fn(r) for every row, rows in parallel on oneTBB, honouring
@@ -136,7 +183,7 @@ inline void KeepBest(std::vector<uint64_t>& keys, int64_t count, bool nth_elemen
 }
 
 // Writes row r from packed keys sorted best first (at most k of them).
-inline void WriteKeys(const kreg_topk_args& a, int64_t r, const std::vector<uint64_t>& keys) {
+inline void WriteKeys(const TopKArgs& a, int64_t r, const std::vector<uint64_t>& keys) {
   int32_t* idx = RowPtr<int32_t>(a.indices, r);
   const int64_t count = static_cast<int64_t>(keys.size());
   for (int64_t j = 0; j < count; ++j) idx[j] = PackedCol(keys[j]);
@@ -153,7 +200,7 @@ constexpr int64_t kMinChunk = 1 << 15;
 // threads, long rows are also cut into column chunks whose results are
 // merged, so one long row uses every thread.
 template <typename Select>
-kreg_status SelectRows(const kreg_topk_args& a, const kreg_host* host, Select&& select) {
+kreg_status SelectRows(const TopKArgs& a, const kreg_host* host, Select&& select) {
   const int64_t batch = a.input->shape[0];
   int32_t* stats = a.stats ? RowPtr<int32_t>(a.stats, 0) : nullptr;
   const int threads = tbb::this_task_arena::max_concurrency();
@@ -209,15 +256,38 @@ kreg_status Guarded(char* msg, size_t cap, Body&& body) noexcept {
   }
 }
 
-// A topk variant's body: the args already cast.
-using TopKBody = kreg_status (*)(const kreg_topk_args& a, const kreg_config* config, const kreg_host* host,
+// The check every topk kernel shares: the args are topk's, and on the CPU
+// (the only device these kernels speak). Sees shapes only.
+inline kreg_status CheckTopK(const kreg_config*, const kreg_args* args, const kreg_host* host, char* msg,
+                             size_t cap) {
+  TopKArgs a;
+  if (!MakeTopKArgs(args, &a, msg, cap)) return KREG_INVALID_ARGUMENT;
+  if (host != nullptr && KREG_HAS_FIELD(host, kreg_host, device) && host->device != nullptr) {
+    return Fail(KREG_UNIMPLEMENTED, msg, cap, "CPU kernel: host has a device backend");
+  }
+  for (size_t i = 0; i < kNumTensors; ++i) {
+    if (args->tensors[i] != nullptr && args->tensors[i]->device.device_type != kDLCPU) {
+      return Fail(KREG_UNIMPLEMENTED, msg, cap, "CPU kernel: a tensor is not on the CPU");
+    }
+  }
+  return KREG_OK;
+}
+
+// A topk variant's body: the args already viewed.
+using TopKBody = kreg_status (*)(const TopKArgs& a, const kreg_config* config, const kreg_host* host,
                                  char* msg, size_t cap);
 
-// The kreg_kernel.run of a variant: Body, with every exception caught.
+// The kreg_kernel.run of a variant: CheckTopK, then Body with every
+// exception caught.
 template <TopKBody Body>
-kreg_status GuardedRun(const kreg_config* config, const void* args, void*, size_t, const kreg_host* host,
-                       char* msg, size_t cap) {
-  return Guarded(msg, cap, [&] { return Body(*static_cast<const kreg_topk_args*>(args), config, host, msg, cap); });
+kreg_status GuardedRun(const kreg_config* config, const kreg_args* args, void* /*state*/, void* /*workspace*/,
+                       size_t /*workspace_size*/, const kreg_host* host, char* msg, size_t cap) {
+  return Guarded(msg, cap, [&] {
+    if (kreg_status s = CheckTopK(config, args, host, msg, cap); s != KREG_OK) return s;
+    TopKArgs a;
+    MakeTopKArgs(args, &a, msg, cap);
+    return Body(a, config, host, msg, cap);
+  });
 }
 
 // What a variant's run returns for SelectRows' status.

@@ -84,7 +84,7 @@ __attribute__((target("avx2"))) void Scan(const void* row, bool bf16, int64_t c,
   for (; c < end; ++c) offer(c);
 }
 
-kreg_status Run(const kreg_topk_args& a, [[maybe_unused]] const kreg_config* config, const kreg_host* host, char* msg,
+kreg_status Run(const TopKArgs& a, [[maybe_unused]] const kreg_config* config, const kreg_host* host, char* msg,
                 size_t cap) {
   const bool bf16 = IsBf16(a);
   const kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
@@ -109,10 +109,23 @@ kreg_status Run(const kreg_topk_args& a, [[maybe_unused]] const kreg_config* con
 
 }  // namespace
 
-extern const kreg_kernel kHeapKernel = {
-    sizeof(kreg_kernel), "topk", "heap", 1,
-    "min-heap of the k best with an AVX2 threshold prefilter (FAISS-style)",
-    KREG_ISA_AVX2, nullptr, 0, nullptr, nullptr, GuardedRun<Run>,
-};
+extern const kreg_kernel kHeapKernel = [] {
+  kreg_kernel d{};
+  d.struct_size = sizeof(kreg_kernel);
+  d.op = "topk";
+  d.variant = "heap";
+  d.version = 1;
+  d.doc = "min-heap of the k best with an AVX2 threshold prefilter (FAISS-style)";
+  d.required_isa = KREG_ISA_AVX2;
+  d.flags = 0;
+  d.params = nullptr;
+  d.num_params = 0;
+  d.check = CheckTopK;
+  d.workspace_bytes = nullptr;
+  d.run = GuardedRun<Run>;
+  d.prepare = nullptr;
+  d.release = nullptr;
+  return d;
+}();
 
 }  // namespace kreg::topk

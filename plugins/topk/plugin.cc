@@ -1,20 +1,30 @@
-// The topk plugin's exported table.
+// The topk plugin's exported table: op "topk" and its kernels.
 #include "kreg/plugin_abi.h"
 #include "variants.h"
 
 namespace {
 
-const kreg_kernel kKernels[] = {
-    kreg::topk::kSortKernel,
-    kreg::topk::kHeapKernel,
-    kreg::topk::kRadixKernel,
-    kreg::topk::kBlockwiseKernel,
-};
+const kreg_op_desc* const kOps[] = {&kreg::topk::kTopKOp};
 
-const kreg_plugin kPlugin = {
-    sizeof(kreg_plugin), KREG_ABI_VERSION, "topk", "1.0", kKernels, sizeof kKernels / sizeof kKernels[0],
-};
+#define KREG_TOPK_KERNEL_ADDRESS(name) &kreg::topk::name,
+const kreg_kernel* const kKernels[] = {KREG_TOPK_KERNELS(KREG_TOPK_KERNEL_ADDRESS)};
+#undef KREG_TOPK_KERNEL_ADDRESS
+
+const kreg_plugin kPlugin = [] {
+  kreg_plugin d{};
+  d.struct_size = sizeof(kreg_plugin);
+  d.abi_version = KREG_ABI_VERSION;
+  d.name = "topk";
+  d.version = "2.0";
+  d.ops = kOps;
+  d.num_ops = sizeof kOps / sizeof kOps[0];
+  d.kernels = kKernels;
+  d.num_kernels = sizeof kKernels / sizeof kKernels[0];
+  d.init = nullptr;
+  d.fini = nullptr;
+  return d;
+}();
 
 }  // namespace
 
-extern "C" KREG_PLUGIN_EXPORT const kreg_plugin* kreg_plugin_v1(void) { return &kPlugin; }
+extern "C" KREG_PLUGIN_EXPORT const kreg_plugin* kreg_plugin_v2(void) { return &kPlugin; }

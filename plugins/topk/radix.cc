@@ -25,14 +25,40 @@ const int64_t kFirstBits[] = {8, 11, 12};
 const int64_t kRoundBits[] = {4, 8};
 const int64_t kCapacity[] = {256, 1024, 4096, 16384};
 
-const kreg_param_desc kParams[] = {
-    {sizeof(kreg_param_desc), "first_bits", "bits of the score histogrammed by the first pass",
-     KREG_PARAM_INT, kFirstBits, 3, nullptr, 0, 11, nullptr, 0},
-    {sizeof(kreg_param_desc), "round_bits", "bits per refinement round", KREG_PARAM_INT, kRoundBits, 2,
-     nullptr, 0, 8, nullptr, 0},
-    {sizeof(kreg_param_desc), "capacity", "candidate buffer slots (more are refined over the row first)",
-     KREG_PARAM_INT, kCapacity, 4, nullptr, 0, 4096, nullptr, 0},
-};
+const kreg_param_desc kFirstBitsParam = [] {
+  kreg_param_desc d{};
+  d.struct_size = sizeof(kreg_param_desc);
+  d.name = "first_bits";
+  d.doc = "bits of the score histogrammed by the first pass";
+  d.kind = KREG_PARAM_INT;
+  d.values = kFirstBits;
+  d.num_values = 3;
+  d.default_value = 11;
+  return d;
+}();
+const kreg_param_desc kRoundBitsParam = [] {
+  kreg_param_desc d{};
+  d.struct_size = sizeof(kreg_param_desc);
+  d.name = "round_bits";
+  d.doc = "bits per refinement round";
+  d.kind = KREG_PARAM_INT;
+  d.values = kRoundBits;
+  d.num_values = 2;
+  d.default_value = 8;
+  return d;
+}();
+const kreg_param_desc kCapacityParam = [] {
+  kreg_param_desc d{};
+  d.struct_size = sizeof(kreg_param_desc);
+  d.name = "capacity";
+  d.doc = "candidate buffer slots (more are refined over the row first)";
+  d.kind = KREG_PARAM_INT;
+  d.values = kCapacity;
+  d.num_values = 4;
+  d.default_value = 4096;
+  return d;
+}();
+const kreg_param_desc* const kParams[] = {&kFirstBitsParam, &kRoundBitsParam, &kCapacityParam};
 
 struct Scratch {
   std::vector<uint32_t> scores;
@@ -235,14 +261,14 @@ void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end
   SortByScore(out, s.tmp);
 }
 
-kreg_status Run(const kreg_topk_args& a, const kreg_config* config, const kreg_host* host, char* msg,
+kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg,
                 size_t cap) {
   const bool bf16 = IsBf16(a);
-  const int first_bits = static_cast<int>(config->values[0].value);
-  const int round_bits = static_cast<int>(config->values[1].value);
-  const int64_t capacity = config->values[2].value;
+  const int first_bits = static_cast<int>(Param(config, 0).value);
+  const int round_bits = static_cast<int>(Param(config, 1).value);
+  const int64_t capacity = Param(config, 2).value;
   // AVX2 only speeds up a scan; the variant itself needs no ISA.
-  const bool avx2 = host != nullptr && host->struct_size >= sizeof(kreg_host) && (host->isa & KREG_ISA_AVX2);
+  const bool avx2 = host != nullptr && KREG_HAS_FIELD(host, kreg_host, isa) && (host->isa & KREG_ISA_AVX2);
   tbb::enumerable_thread_specific<Scratch> scratch;
   const kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
                                                std::vector<uint64_t>& keys) {
@@ -255,10 +281,23 @@ kreg_status Run(const kreg_topk_args& a, const kreg_config* config, const kreg_h
 
 }  // namespace
 
-extern const kreg_kernel kRadixKernel = {
-    sizeof(kreg_kernel), "topk", "radix", 1,
-    "radix select on order-preserving keys, exact when a bucket overflows the buffer",
-    0, kParams, 3, nullptr, nullptr, GuardedRun<Run>,
-};
+extern const kreg_kernel kRadixKernel = [] {
+  kreg_kernel d{};
+  d.struct_size = sizeof(kreg_kernel);
+  d.op = "topk";
+  d.variant = "radix";
+  d.version = 1;
+  d.doc = "radix select on order-preserving keys, exact when a bucket overflows the buffer";
+  d.required_isa = 0;
+  d.flags = 0;
+  d.params = kParams;
+  d.num_params = sizeof kParams / sizeof kParams[0];
+  d.check = CheckTopK;
+  d.workspace_bytes = nullptr;
+  d.run = GuardedRun<Run>;
+  d.prepare = nullptr;
+  d.release = nullptr;
+  return d;
+}();
 
 }  // namespace kreg::topk

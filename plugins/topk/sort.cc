@@ -14,15 +14,25 @@ namespace {
 enum Method { kPartialSort = 0, kNthElement = 1 };
 const char* const kMethods[] = {"partial_sort", "nth_element"};
 
-const kreg_param_desc kParams[] = {
-    {sizeof(kreg_param_desc), "method", "partial_sort, or nth_element then sort the k best",
-     KREG_PARAM_CHOICE, nullptr, 0, kMethods, 2, kPartialSort, nullptr, 0},
-};
+const kreg_param_desc kMethodParam = [] {
+  kreg_param_desc d{};
+  d.struct_size = sizeof(kreg_param_desc);
+  d.name = "method";
+  d.doc = "partial_sort, or nth_element then sort the k best";
+  d.kind = KREG_PARAM_CHOICE;
+  d.values = nullptr;
+  d.num_values = 0;
+  d.choices = kMethods;
+  d.num_choices = 2;
+  d.default_value = kPartialSort;
+  return d;
+}();
+const kreg_param_desc* const kParams[] = {&kMethodParam};
 
-kreg_status Run(const kreg_topk_args& a, const kreg_config* config, const kreg_host* host, char* msg,
+kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg,
                 size_t cap) {
   const bool bf16 = IsBf16(a);
-  const int64_t method = config->values[0].value;
+  const int64_t method = Param(config, 0).value;
   const kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
                                                std::vector<uint64_t>& keys) {
     const void* row = InputRow(a, r);
@@ -38,9 +48,23 @@ kreg_status Run(const kreg_topk_args& a, const kreg_config* config, const kreg_h
 
 }  // namespace
 
-extern const kreg_kernel kSortKernel = {
-    sizeof(kreg_kernel), "topk", "sort", 1, "sort each row's keys (the reference schedule)",
-    0, kParams, 1, nullptr, nullptr, GuardedRun<Run>,
-};
+extern const kreg_kernel kSortKernel = [] {
+  kreg_kernel d{};
+  d.struct_size = sizeof(kreg_kernel);
+  d.op = "topk";
+  d.variant = "sort";
+  d.version = 1;
+  d.doc = "sort each row's keys (the reference schedule)";
+  d.required_isa = 0;
+  d.flags = 0;
+  d.params = kParams;
+  d.num_params = sizeof kParams / sizeof kParams[0];
+  d.check = CheckTopK;
+  d.workspace_bytes = nullptr;
+  d.run = GuardedRun<Run>;
+  d.prepare = nullptr;
+  d.release = nullptr;
+  return d;
+}();
 
 }  // namespace kreg::topk

@@ -1,16 +1,32 @@
-// The topk variants of this plugin. A new variant is one file defining its
-// kreg_kernel plus one line here and one in plugin.cc's table.
+// The topk op and kernels of this plugin. A new variant is one file defining
+// its kreg_kernel plus one line in KREG_TOPK_KERNELS; plugin.cc's table reads
+// this list.
 #ifndef KREG_PLUGINS_TOPK_VARIANTS_H_
 #define KREG_PLUGINS_TOPK_VARIANTS_H_
 
 #include "kreg/plugin_abi.h"
 
+// Descriptors (kernels, params, the op) are built by an immediately invoked
+// constexpr lambda that zero-initialises the struct and assigns its fields:
+// fields the ABI appends later read as zero ("none") without touching this
+// code, and -Wmissing-field-initializers stays quiet.
+
+// X(name) for every kernel of the plugin, the reference first.
+#define KREG_TOPK_KERNELS(X) \
+  X(kReferenceKernel)        \
+  X(kSortKernel)             \
+  X(kHeapKernel)             \
+  X(kRadixKernel)            \
+  X(kBlockwiseKernel)
+
 namespace kreg::topk {
 
-extern const kreg_kernel kSortKernel;
-extern const kreg_kernel kHeapKernel;
-extern const kreg_kernel kRadixKernel;
-extern const kreg_kernel kBlockwiseKernel;
+// Op "topk" (op.cc).
+extern const kreg_op_desc kTopKOp;
+
+#define KREG_TOPK_DECLARE_KERNEL(name) extern const kreg_kernel name;
+KREG_TOPK_KERNELS(KREG_TOPK_DECLARE_KERNEL)
+#undef KREG_TOPK_DECLARE_KERNEL
 
 }  // namespace kreg::topk
 

@@ -5,7 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kreg/ops.h"
+#include "kreg/problem.h"
 
 namespace kreg {
 namespace {

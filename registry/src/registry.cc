@@ -1,6 +1,8 @@
 #include "kreg/registry.h"
 
+#include <cpuid.h>
 #include <dlfcn.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <new>
 #include <set>
 
@@ -18,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "kreg/ops.h"
+#include "loaded_plugin.h"
 
 #ifndef KREG_INSTALL_PLUGIN_DIR
 #define KREG_INSTALL_PLUGIN_DIR ""
@@ -28,25 +31,14 @@ namespace kreg {
 
 namespace fs = std::filesystem;
 
-// A dlopen()ed plugin; dlclose()d when the last kernel referring to it goes.
-class LoadedPlugin {
- public:
-  LoadedPlugin(std::string path, void* handle, const kreg_plugin* table)
-      : path_(std::move(path)), handle_(handle), table_(table),
-        name_(table->name), version_(table->version ? table->version : "") {}
-  ~LoadedPlugin() { dlclose(handle_); }
-  const std::string& path() const { return path_; }
-  const std::string& name() const { return name_; }
-  const std::string& version() const { return version_; }
-  const kreg_plugin* table() const { return table_; }
+LoadedPlugin::LoadedPlugin(std::string path, void* handle, const kreg_plugin* table)
+    : path_(std::move(path)), handle_(handle), table_(table), name_(table->name),
+      version_(table->version ? table->version : "") {}
 
- private:
-  std::string path_;
-  void* handle_;
-  const kreg_plugin* table_;
-  std::string name_;
-  std::string version_;
-};
+LoadedPlugin::~LoadedPlugin() {
+  if (initialised_ && KREG_HAS_FIELD(table_, kreg_plugin, fini) && table_->fini != nullptr) table_->fini();
+  dlclose(handle_);
+}
 
 absl::Status FromAbi(kreg_status code, absl::string_view message) {
   std::string msg(message.empty() ? "(no message)" : message);
@@ -78,7 +70,28 @@ constexpr IsaName kIsaNames[] = {
     {KREG_ISA_AVX512F, "avx512f"},     {KREG_ISA_AVX512BW, "avx512bw"},
     {KREG_ISA_AVX512VL, "avx512vl"},   {KREG_ISA_AVX512DQ, "avx512dq"},
     {KREG_ISA_AVX512BF16, "avx512bf16"}, {KREG_ISA_AVX512VNNI, "avx512vnni"},
+    {KREG_ISA_AVX512FP16, "avx512fp16"}, {KREG_ISA_AMX_TILE, "amx_tile"},
+    {KREG_ISA_AMX_BF16, "amx_bf16"},   {KREG_ISA_AMX_INT8, "amx_int8"},
 };
+
+// AMX: CPUID says the unit exists, XCR0 that the OS saves tile state, and the
+// kernel must grant this process the tile data (Linux >= 5.16).
+uint32_t DetectAmx() {
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
+  uint32_t bits = 0;
+  if (edx & (1u << 24)) bits |= KREG_ISA_AMX_TILE;
+  if (edx & (1u << 22)) bits |= KREG_ISA_AMX_BF16;
+  if (edx & (1u << 25)) bits |= KREG_ISA_AMX_INT8;
+  if (bits == 0) return 0;
+  unsigned xcr0_lo, xcr0_hi;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & (3u << 17)) != (3u << 17)) return 0;  // XTILECFG, XTILEDATA
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtileData = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) != 0) return 0;
+  return bits;
+}
 
 uint32_t DetectIsa() {
   uint32_t bits = 0;
@@ -91,18 +104,21 @@ uint32_t DetectIsa() {
   if (__builtin_cpu_supports("avx512dq")) bits |= KREG_ISA_AVX512DQ;
   if (__builtin_cpu_supports("avx512bf16")) bits |= KREG_ISA_AVX512BF16;
   if (__builtin_cpu_supports("avx512vnni")) bits |= KREG_ISA_AVX512VNNI;
+  if (__builtin_cpu_supports("avx512fp16")) bits |= KREG_ISA_AVX512FP16;
   // Lets tests and users pretend the CPU lacks extensions, e.g.
   // KREG_ISA_MASK=avx2,fma to see what a machine without AVX-512 would run.
+  uint32_t allowed = KREG_ISA_KNOWN_MASK;
   if (const char* mask = std::getenv("KREG_ISA_MASK")) {
-    uint32_t allowed = 0;
+    allowed = 0;
     for (absl::string_view name : absl::StrSplit(mask, ',', absl::SkipEmpty())) {
       for (const IsaName& isa : kIsaNames) {
         if (name == isa.name) allowed |= isa.bit;
       }
     }
-    bits &= allowed;
   }
-  return bits;
+  // AMX permission is asked for only when AMX is not masked away.
+  if (allowed & (KREG_ISA_AMX_TILE | KREG_ISA_AMX_BF16 | KREG_ISA_AMX_INT8)) bits |= DetectAmx();
+  return bits & allowed;
 }
 
 bool IsIdentifier(const char* s) {
@@ -115,78 +131,18 @@ bool IsIdentifier(const char* s) {
 
 std::string Quoted(const char* s) { return s ? absl::StrCat("'", s, "'") : "NULL"; }
 
-// Checks one parameter descriptor; returns the problem or "".
-std::string CheckParam(const kreg_param_desc& p) {
-  if (p.struct_size < sizeof(kreg_param_desc)) {
-    return absl::StrCat("struct_size ", p.struct_size, " is smaller than ABI v1's ",
-                        sizeof(kreg_param_desc));
-  }
-  if (!IsIdentifier(p.name)) return absl::StrCat("name ", Quoted(p.name), " is not [a-z0-9_]+");
-  switch (p.kind) {
-    case KREG_PARAM_INT: {
-      if (p.values == nullptr || p.num_values == 0) return "an int parameter with no legal values";
-      if (std::find(p.values, p.values + p.num_values, p.default_value) ==
-          p.values + p.num_values) {
-        return absl::StrCat("default ", p.default_value, " is not among its legal values");
-      }
-      return "";
-    }
-    case KREG_PARAM_INT_LIST: {
-      if (p.values == nullptr || p.num_values == 0) return "a list parameter with no candidate values";
-      if (p.default_list_len > 0 && p.default_list == nullptr) return "default_list is NULL";
-      for (size_t i = 0; i < p.default_list_len; ++i) {
-        if (i > 0 && p.default_list[i] <= p.default_list[i - 1]) return "default list is not increasing";
-      }
-      return "";
-    }
-    case KREG_PARAM_CHOICE: {
-      if (p.choices == nullptr || p.num_choices == 0) return "a choice parameter with no choices";
-      for (size_t i = 0; i < p.num_choices; ++i) {
-        if (!IsIdentifier(p.choices[i])) return absl::StrCat("choice ", i, " is not [a-z0-9_]+");
-      }
-      if (p.default_value < 0 || static_cast<size_t>(p.default_value) >= p.num_choices) {
-        return absl::StrCat("default choice index ", p.default_value, " is out of range");
-      }
-      return "";
-    }
-  }
-  return absl::StrCat("unknown parameter kind ", static_cast<int>(p.kind));
-}
-
-// Checks one kernel descriptor; returns the problem or "".
-std::string CheckKernel(const kreg_kernel& k) {
-  if (k.struct_size < sizeof(kreg_kernel)) {
-    return absl::StrCat("struct_size ", k.struct_size, " is smaller than ABI v1's ",
-                        sizeof(kreg_kernel));
-  }
-  if (!IsIdentifier(k.op)) return absl::StrCat("op ", Quoted(k.op), " is not [a-z0-9_]+");
-  if (!IsIdentifier(k.variant)) {
-    return absl::StrCat("variant ", Quoted(k.variant), " is not [a-z0-9_]+");
-  }
-  std::string name = absl::StrCat(k.op, "/", k.variant);
-  if (FindOp(k.op) == nullptr) {
-    std::vector<absl::string_view> known;
-    for (const OpInfo* op : AllOps()) known.push_back(op->name);
-    return absl::StrCat(name, ": op '", k.op, "' is not known to this kreg (known: ",
-                        absl::StrJoin(known, ", "), ")");
-  }
-  if (k.version == 0) return absl::StrCat(name, ": version must be >= 1");
-  if (k.run == nullptr) return absl::StrCat(name, ": run is NULL");
-  if (k.num_params > 0 && k.params == nullptr) return absl::StrCat(name, ": params is NULL");
-  std::set<absl::string_view> seen;
-  for (size_t i = 0; i < k.num_params; ++i) {
-    std::string problem = CheckParam(k.params[i]);
-    if (!problem.empty()) return absl::StrCat(name, ": parameter ", i, ": ", problem);
-    if (!seen.insert(k.params[i].name).second) {
-      return absl::StrCat(name, ": parameter '", k.params[i].name, "' is declared twice");
-    }
-  }
-  return "";
-}
-
 absl::Status Refuse(const std::string& path, absl::string_view reason) {
   return absl::FailedPreconditionError(absl::StrCat("plugin ", path, " refused: ", reason));
 }
+
+// The host table a kernel call sees, and what its function pointers reach.
+struct HostCallbacks {
+  static int Cancelled(void* ctx);
+  static void Log(void* ctx, int level, const char* message);
+  static void* Alloc(void* ctx, size_t bytes, size_t alignment);
+  static void Free(void* ctx, void* p);
+  static kreg_status Dispatch(void* ctx, const char* op, const kreg_args* args, char* msg, size_t cap);
+};
 
 }  // namespace
 
@@ -206,24 +162,15 @@ std::string IsaString(uint32_t bits) {
   return names.empty() ? "none" : absl::StrJoin(names, ",");
 }
 
-// ---- Config and Workspace ------------------------------------------------
-
-Config::Config(std::vector<ParamValue> values) : values_(std::move(values)) {}
-
-Config::AbiView::AbiView(const Config& config) : values_(config.values().size()) {
-  for (size_t i = 0; i < values_.size(); ++i) {
-    const ParamValue& v = config.values()[i];
-    values_[i] = {v.value, v.list.data(), v.list.size()};
-  }
-  config_ = {sizeof(kreg_config), values_.data(), values_.size()};
-}
+// ---- Workspace -----------------------------------------------------------------
 
 void Workspace::Free::operator()(void* p) const { std::free(p); }
 
 void* Workspace::Get(size_t bytes) {
   if (bytes == 0) return nullptr;
   if (bytes > size_) {
-    size_t rounded = (bytes + 63) / 64 * 64;
+    if (bytes > SIZE_MAX - 63) return nullptr;  // rounding up would wrap
+    const size_t rounded = (bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded);
     if (p == nullptr) return nullptr;
     data_.reset(static_cast<unsigned char*>(p));
@@ -232,192 +179,211 @@ void* Workspace::Get(size_t bytes) {
   return data_.get();
 }
 
-// ---- Kernel ---------------------------------------------------------------
+// ---- The host table ------------------------------------------------------------
 
-Kernel::Kernel(std::shared_ptr<const LoadedPlugin> plugin, const kreg_kernel* desc)
-    : plugin_(std::move(plugin)), desc_(desc),
-      name_(absl::StrCat(desc->op, "/", desc->variant)) {}
+struct PreparedRun::HostContext {
+  std::string kernel;
+  RunOptions options;
+  kreg_host host{};
+};
+
+namespace {
+
+int HostCallbacks::Cancelled(void* ctx) {
+  const auto* c = static_cast<const PreparedRun::HostContext*>(ctx);
+  return c->options.cancel_flag != nullptr && c->options.cancel_flag->load(std::memory_order_relaxed) != 0;
+}
+
+void HostCallbacks::Log(void* ctx, int level, const char* message) {
+  const auto* c = static_cast<const PreparedRun::HostContext*>(ctx);
+  absl::string_view text = message ? message : "";
+  if (c->options.log) {
+    c->options.log(level, text);
+  } else {
+    std::cerr << "kreg: " << c->kernel << (level > 0 ? ": warning: " : ": ") << text << "\n";
+  }
+}
+
+void* HostCallbacks::Alloc(void*, size_t bytes, size_t alignment) {
+  if (alignment < sizeof(void*) || (alignment & (alignment - 1)) != 0) return nullptr;
+  if (bytes == 0) bytes = 1;
+  if (bytes > SIZE_MAX - alignment) return nullptr;
+  return std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+}
+
+void HostCallbacks::Free(void*, void* p) { std::free(p); }
+
+kreg_status HostCallbacks::Dispatch(void* ctx, const char* op, const kreg_args* args, char* msg, size_t cap) {
+  const auto* c = static_cast<const PreparedRun::HostContext*>(ctx);
+  absl::Status s;
+  if (!c->options.dispatch) {
+    s = absl::UnimplementedError("this host runs no dispatcher (run the kernel through a Dispatcher)");
+  } else if (op == nullptr || args == nullptr) {
+    s = absl::InvalidArgumentError("dispatch: op or args is NULL");
+  } else {
+    s = c->options.dispatch(op, *args);
+  }
+  if (s.ok()) return KREG_OK;
+  std::snprintf(msg, cap, "%s", std::string(s.message()).c_str());
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      return KREG_INVALID_ARGUMENT;
+    case absl::StatusCode::kUnimplemented:
+      return KREG_UNIMPLEMENTED;
+    case absl::StatusCode::kResourceExhausted:
+      return KREG_RESOURCE_EXHAUSTED;
+    case absl::StatusCode::kCancelled:
+      return KREG_CANCELLED;
+    default:
+      return KREG_INTERNAL;
+  }
+}
+
+std::unique_ptr<PreparedRun::HostContext> MakeHost(const std::string& kernel, const RunOptions& options) {
+  auto c = std::make_unique<PreparedRun::HostContext>();
+  c->kernel = kernel;
+  c->options = options;
+  kreg_host& h = c->host;
+  h.struct_size = sizeof(kreg_host);
+  h.ctx = c.get();
+  h.num_threads = options.num_threads;
+  h.isa = CpuIsa();
+  h.cancelled = HostCallbacks::Cancelled;
+  h.log = HostCallbacks::Log;
+  h.alloc = HostCallbacks::Alloc;
+  h.free = HostCallbacks::Free;
+  h.dispatch = HostCallbacks::Dispatch;
+  return c;
+}
+
+// A host table for calls outside a run (check, workspace_bytes, init).
+const kreg_host& PlainHost() {
+  static const PreparedRun::HostContext* const context = MakeHost("kreg", {}).release();
+  return context->host;
+}
+
+}  // namespace
+
+// ---- Kernel ---------------------------------------------------------------------
+
+Kernel::Kernel(std::shared_ptr<const LoadedPlugin> plugin, std::shared_ptr<const Op> op,
+               const kreg_kernel* desc, ParamSpace params)
+    : plugin_(std::move(plugin)), op_(std::move(op)), desc_(desc),
+      name_(absl::StrCat(desc->op, "/", desc->variant)), variant_(desc->variant),
+      doc_(desc->doc ? desc->doc : ""), flags_(desc->flags), params_(std::move(params)) {
+  if (KREG_HAS_FIELD(desc, kreg_kernel, release)) {
+    prepare_ = desc->prepare;
+    release_ = desc->release;
+  }
+}
 
 bool Kernel::available() const {
-  uint32_t need = desc_->required_isa;
+  const uint32_t need = desc_->required_isa;
   return (need & ~static_cast<uint32_t>(KREG_ISA_KNOWN_MASK)) == 0 && (need & ~CpuIsa()) == 0;
 }
 
 const std::string& Kernel::plugin_path() const { return plugin_->path(); }
 const std::string& Kernel::plugin_name() const { return plugin_->name(); }
 
-int Kernel::FindParam(absl::string_view name) const {
-  for (size_t i = 0; i < num_params(); ++i) {
-    if (name == param(i).name) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-Config Kernel::DefaultConfig() const {
-  std::vector<ParamValue> values(num_params());
-  for (size_t i = 0; i < num_params(); ++i) {
-    const kreg_param_desc& p = param(i);
-    values[i].value = p.default_value;
-    if (p.kind == KREG_PARAM_INT_LIST) {
-      values[i].list.assign(p.default_list, p.default_list + p.default_list_len);
-    }
-  }
-  return Config(std::move(values));
-}
+Config Kernel::DefaultConfig() const { return params_.Default(CpuIsa()); }
 
 absl::StatusOr<Config> Kernel::ParseConfig(
     const std::vector<std::pair<std::string, std::string>>& overrides) const {
-  Config config = DefaultConfig();
-  for (const auto& [name, text] : overrides) {
-    int i = FindParam(name);
-    if (i < 0) {
-      std::vector<absl::string_view> known;
-      for (size_t j = 0; j < num_params(); ++j) known.push_back(param(j).name);
-      return absl::InvalidArgumentError(absl::StrCat(
-          name_, " has no parameter '", name, "' (parameters: ",
-          known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
-    }
-    const kreg_param_desc& p = param(i);
-    ParamValue& v = config.mutable_values()[i];
-    auto bad = [&](absl::string_view why) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameter '", name, "' of ", name_, ": ", why));
-    };
-    auto legal = [&](int64_t x) {
-      return std::find(p.values, p.values + p.num_values, x) != p.values + p.num_values;
-    };
-    std::string legal_list = absl::StrJoin(p.values, p.values + p.num_values, ", ");
-    if (p.kind == KREG_PARAM_INT) {
-      if (!absl::SimpleAtoi(text, &v.value)) return bad(absl::StrCat("'", text, "' is not an integer"));
-      if (!legal(v.value)) {
-        return bad(absl::StrCat(v.value, " is not one of ", legal_list));
-      }
-    } else if (p.kind == KREG_PARAM_INT_LIST) {
-      v.list.clear();
-      for (absl::string_view item : absl::StrSplit(text, absl::ByAnyChar(",:"), absl::SkipEmpty())) {
-        int64_t x;
-        if (!absl::SimpleAtoi(item, &x)) return bad(absl::StrCat("'", item, "' is not an integer"));
-        if (!legal(x)) return bad(absl::StrCat(x, " is not one of ", legal_list));
-        if (!v.list.empty() && x <= v.list.back()) return bad("the list must be increasing");
-        v.list.push_back(x);
-      }
-    } else {
-      auto it = std::find_if(p.choices, p.choices + p.num_choices,
-                             [&](const char* c) { return text == c; });
-      if (it == p.choices + p.num_choices) {
-        return bad(absl::StrCat("'", text, "' is not one of ",
-                                absl::StrJoin(p.choices, p.choices + p.num_choices, ", ")));
-      }
-      v.value = it - p.choices;
-    }
-  }
-  return config;
+  return params_.Parse(overrides, name_, CpuIsa());
 }
 
-std::vector<std::pair<std::string, std::string>> Kernel::ConfigPairs(const Config& config) const {
-  std::vector<std::pair<std::string, std::string>> parts;
-  for (size_t i = 0; i < num_params() && i < config.values().size(); ++i) {
-    const kreg_param_desc& p = param(i);
-    const ParamValue& v = config.values()[i];
-    std::string value;
-    if (p.kind == KREG_PARAM_INT) value = absl::StrCat(v.value);
-    if (p.kind == KREG_PARAM_INT_LIST) value = absl::StrJoin(v.list, ",");
-    if (p.kind == KREG_PARAM_CHOICE) {
-      value = v.value >= 0 && static_cast<size_t>(v.value) < p.num_choices
-                  ? p.choices[v.value] : absl::StrCat("#", v.value);
-    }
-    parts.emplace_back(p.name, std::move(value));
-  }
-  return parts;
-}
-
-std::string Kernel::ConfigString(const Config& config) const {
-  return absl::StrJoin(ConfigPairs(config), " ", absl::PairFormatter("="));
-}
-
-absl::Status Kernel::Check(const Config& config, const void* args) const {
-  const OpInfo* op = FindOp(desc_->op);
-  if (absl::Status s = op->validate(args); !s.ok()) return s;
-  if (config.values().size() != num_params()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name_, " takes ", num_params(), " parameters, the config has ", config.values().size()));
-  }
-  // Every value is one the descriptor declares, so kernels never see others.
-  for (size_t i = 0; i < num_params(); ++i) {
-    const kreg_param_desc& p = param(i);
-    const ParamValue& v = config.values()[i];
-    auto declared = [&](int64_t x) {
-      return std::find(p.values, p.values + p.num_values, x) != p.values + p.num_values;
-    };
-    bool ok = true;
-    if (p.kind == KREG_PARAM_INT) ok = declared(v.value);
-    if (p.kind == KREG_PARAM_CHOICE) ok = v.value >= 0 && static_cast<size_t>(v.value) < p.num_choices;
-    if (p.kind == KREG_PARAM_INT_LIST) {
-      for (size_t j = 0; j < v.list.size() && ok; ++j) ok = declared(v.list[j]) && (j == 0 || v.list[j] > v.list[j - 1]);
-    }
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(name_, ": parameter '", p.name, "' holds a value it does not declare"));
-    }
-  }
+absl::Status Kernel::Check(const Config& config, const kreg_args& args) const {
+  if (absl::Status s = op_->Validate(args); !s.ok()) return s;
+  if (absl::Status s = params_.Validate(config, name_, CpuIsa(), args.dims); !s.ok()) return s;
   if (desc_->check == nullptr) return absl::OkStatus();
   char msg[512] = "";
-  kreg_status code = desc_->check(Config::AbiView(config).get(), args, msg, sizeof msg);
+  const Config::AbiView abi(config);
+  const kreg_status code = desc_->check(abi.get(), &args, &PlainHost(), msg, sizeof msg);
   if (code == KREG_OK) return absl::OkStatus();
   msg[sizeof msg - 1] = '\0';
   return FromAbi(code, absl::StrCat(name_, " [", ConfigString(config), "]: ", msg));
 }
 
-namespace {
-int PollCancel(void* ctx) { return static_cast<const std::atomic<int>*>(ctx)->load(std::memory_order_relaxed); }
-}  // namespace
-
-absl::Status Kernel::Run(const Config& config, const void* args,
-                         const RunOptions& options) const {
+absl::StatusOr<std::unique_ptr<PreparedRun>> Kernel::Prepare(const Config& config, const kreg_args& args,
+                                                             const RunOptions& options) const {
   if (!available()) {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, " needs ", IsaString(required_isa() & ~CpuIsa()), ", which this CPU lacks"));
   }
+  if (args.flags & KREG_ARGS_SHAPE_ONLY) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": shape-only arguments cannot run"));
+  }
   if (absl::Status s = Check(config, args); !s.ok()) return s;
+  auto run = std::unique_ptr<PreparedRun>(new PreparedRun());
+  run->kernel_ = this;
+  run->abi_ = std::make_unique<Config::AbiView>(config);
+  run->args_ = &args;
+  run->num_threads_ = options.num_threads;
+  run->host_ = MakeHost(name_, options);
   char msg[512] = "";
-  size_t bytes = 0;
-  const Config::AbiView abi(config);
   if (desc_->workspace_bytes != nullptr) {
-    kreg_status code = desc_->workspace_bytes(abi.get(), args, &bytes, msg, sizeof msg);
+    const kreg_status code =
+        desc_->workspace_bytes(run->abi_->get(), &args, &run->host_->host, &run->workspace_bytes_, msg, sizeof msg);
     msg[sizeof msg - 1] = '\0';
     if (code != KREG_OK) return FromAbi(code, absl::StrCat(name_, ": ", msg));
   }
-  Workspace local;
-  Workspace* ws = options.workspace ? options.workspace : &local;
-  void* workspace = ws->Get(bytes);
-  if (bytes > 0 && workspace == nullptr) {
+  Workspace* ws = options.workspace ? options.workspace : &run->own_workspace_;
+  run->workspace_ = ws->Get(run->workspace_bytes_);
+  if (run->workspace_bytes_ > 0 && run->workspace_ == nullptr) {
     return absl::ResourceExhaustedError(
-        absl::StrCat(name_, ": cannot allocate ", bytes, " bytes of workspace"));
+        absl::StrCat(name_, ": cannot allocate ", run->workspace_bytes_, " bytes of workspace"));
   }
-  kreg_host host{};
-  host.struct_size = sizeof host;
-  host.num_threads = options.num_threads;
-  host.isa = CpuIsa();
-  if (options.cancel_flag != nullptr) {
-    host.ctx = const_cast<std::atomic<int>*>(options.cancel_flag);
-    host.cancelled = PollCancel;
+  if (prepare_ != nullptr) {
+    const kreg_status code = prepare_(run->abi_->get(), &args, &run->host_->host, &run->state_, msg, sizeof msg);
+    msg[sizeof msg - 1] = '\0';
+    if (code != KREG_OK) {
+      if (run->state_ != nullptr && release_ != nullptr) release_(run->state_);
+      run->state_ = nullptr;
+      return FromAbi(code, absl::StrCat(name_, ": prepare: ", msg));
+    }
+    run->prepared_ = true;
   }
+  return run;
+}
+
+PreparedRun::~PreparedRun() {
+  if (prepared_ && kernel_->release_ != nullptr) kernel_->release_(state_);
+}
+
+absl::Status PreparedRun::Run() {
+  char msg[512] = "";
   kreg_status code;
-  auto run = [&] { code = desc_->run(abi.get(), args, workspace, bytes, &host, msg, sizeof msg); };
-  if (options.num_threads > 0) {
+  auto run = [&] {
+    code = kernel_->desc_->run(abi_->get(), args_, state_, workspace_, workspace_bytes_, &host_->host, msg,
+                               sizeof msg);
+  };
+  if (num_threads_ > 0) {
     // oneTBB plugins run inside the host's arena of that many threads.
-    tbb::task_arena arena(options.num_threads);
+    tbb::task_arena arena(num_threads_);
     arena.execute(run);
   } else {
     run();
   }
   msg[sizeof msg - 1] = '\0';
-  if (code != KREG_OK) return FromAbi(code, absl::StrCat(name_, ": ", msg));
+  if (code != KREG_OK) return FromAbi(code, absl::StrCat(kernel_->name(), ": ", msg));
   return absl::OkStatus();
 }
 
-// ---- Registry -------------------------------------------------------------
+absl::Status Kernel::Run(const Config& config, const kreg_args& args, const RunOptions& options) const {
+  absl::StatusOr<std::unique_ptr<PreparedRun>> run = Prepare(config, args, options);
+  if (!run.ok()) return run.status();
+  return (*run)->Run();
+}
 
-absl::Status Registry::LoadPlugin(const std::string& path) {
+// ---- Registry --------------------------------------------------------------------
+
+struct Registry::Opened {
+  std::string path;
+  std::shared_ptr<LoadedPlugin> plugin;
+  std::vector<std::shared_ptr<const Op>> ops;
+};
+
+absl::StatusOr<Registry::Opened> Registry::Open(const std::string& path) const {
   dlerror();
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -428,55 +394,174 @@ absl::Status Registry::LoadPlugin(const std::string& path) {
     dlclose(handle);
     return Refuse(path, reason);
   };
-  void* entry = dlsym(handle, KREG_PLUGIN_ENTRY_V1);
+  void* entry = dlsym(handle, KREG_PLUGIN_ENTRY);
   if (entry == nullptr) {
-    for (int v = 9; v >= 2; --v) {
-      if (dlsym(handle, absl::StrCat("kreg_plugin_v", v).c_str()) != nullptr) {
-        return refuse(absl::StrCat("it exports kreg_plugin_v", v, ", a newer ABI than this kreg speaks (v",
-                                   KREG_ABI_VERSION, ")"));
-      }
+    for (int v = 9; v >= 1; --v) {
+      if (v == KREG_ABI_VERSION || dlsym(handle, absl::StrCat("kreg_plugin_v", v).c_str()) == nullptr) continue;
+      return refuse(absl::StrCat("it exports kreg_plugin_v", v, ", ABI v", v, "; this kreg speaks v",
+                                 KREG_ABI_VERSION, v < KREG_ABI_VERSION ? " (rebuild the plugin against this kreg)"
+                                                                        : " (upgrade kreg)"));
     }
-    return refuse("no symbol " KREG_PLUGIN_ENTRY_V1 " (not a kreg plugin, or built for another ABI)");
+    return refuse("no symbol " KREG_PLUGIN_ENTRY " (not a kreg plugin)");
   }
-  const kreg_plugin* table = reinterpret_cast<kreg_plugin_entry_v1>(entry)();
-  if (table == nullptr) return refuse(KREG_PLUGIN_ENTRY_V1 "() returned NULL");
-  if (table->struct_size < sizeof(kreg_plugin)) {
-    return refuse(absl::StrCat("plugin table struct_size ", table->struct_size,
-                               " is smaller than ABI v1's ", sizeof(kreg_plugin)));
+  const kreg_plugin* table = reinterpret_cast<kreg_plugin_entry>(entry)();
+  if (table == nullptr) return refuse(KREG_PLUGIN_ENTRY "() returned NULL");
+  if (table->struct_size < KREG_PLUGIN_MIN_SIZE) {
+    return refuse(absl::StrCat("plugin table struct_size ", table->struct_size, " is smaller than the minimum ",
+                               KREG_PLUGIN_MIN_SIZE));
   }
   if (table->abi_version != KREG_ABI_VERSION) {
-    return refuse(absl::StrCat("it speaks ABI version ", table->abi_version,
-                               "; this kreg speaks version ", KREG_ABI_VERSION));
+    return refuse(absl::StrCat("it speaks ABI version ", table->abi_version, "; this kreg speaks version ",
+                               KREG_ABI_VERSION));
   }
-  if (!IsIdentifier(table->name)) {
-    return refuse(absl::StrCat("plugin name ", Quoted(table->name), " is not [a-z0-9_]+"));
-  }
+  if (!IsIdentifier(table->name)) return refuse(absl::StrCat("plugin name ", Quoted(table->name), " is not [a-z0-9_]+"));
   if (table->num_kernels > 0 && table->kernels == nullptr) return refuse("kernels is NULL");
-  std::set<std::string> own;
+  if (table->num_ops > 0 && table->ops == nullptr) return refuse("ops is NULL");
   for (size_t i = 0; i < table->num_kernels; ++i) {
-    std::string problem = CheckKernel(table->kernels[i]);
-    if (!problem.empty()) return refuse(absl::StrCat("kernel ", i, ": ", problem));
-    std::string name = absl::StrCat(table->kernels[i].op, "/", table->kernels[i].variant);
-    if (!own.insert(name).second) return refuse(absl::StrCat(name, " is declared twice"));
+    if (table->kernels[i] == nullptr) return refuse(absl::StrCat("kernel ", i, " is NULL"));
   }
+  for (size_t i = 0; i < table->num_ops; ++i) {
+    if (table->ops[i] == nullptr) return refuse(absl::StrCat("op ", i, " is NULL"));
+  }
+  Opened opened;
+  opened.path = path;
+  opened.plugin = std::make_shared<LoadedPlugin>(path, handle, table);
+  if (KREG_HAS_FIELD(table, kreg_plugin, init) && table->init != nullptr) {
+    char msg[512] = "";
+    const kreg_status code = table->init(&PlainHost(), msg, sizeof msg);
+    msg[sizeof msg - 1] = '\0';
+    if (code != KREG_OK) return Refuse(path, absl::StrCat("init failed: ", FromAbi(code, msg).message()));
+  }
+  opened.plugin->set_initialised();
+  for (size_t i = 0; i < table->num_ops; ++i) {
+    absl::StatusOr<std::shared_ptr<const Op>> op = Op::Read(*table->ops[i], opened.plugin);
+    if (!op.ok()) return Refuse(path, op.status().message());
+    for (const auto& other : opened.ops) {
+      if (other->name() == (*op)->name()) return Refuse(path, absl::StrCat("op ", other->name(), " is declared twice"));
+    }
+    opened.ops.push_back(*std::move(op));
+  }
+  return opened;
+}
 
-  absl::MutexLock lock(&mu_);
-  for (const std::string& name : own) {
-    auto it = kernels_.find(name);
-    if (it != kernels_.end()) {
-      return refuse(absl::StrCat("duplicate kernel ", name, ": already registered by ",
-                                 it->second->plugin_path()));
+absl::Status Registry::AddOps(Opened& opened) {
+  for (const auto& op : opened.ops) {
+    if (auto it = ops_.find(op->name()); it != ops_.end()) {
+      return Refuse(opened.path, absl::StrCat("op ", op->name(), " is already declared by ", it->second->plugin_path()));
     }
   }
-  auto plugin = std::make_shared<const LoadedPlugin>(path, handle, table);
-  PluginInfo info{path, plugin->name(), plugin->version(), {}};
+  for (const auto& op : opened.ops) ops_.emplace(op->name(), op);
+  return absl::OkStatus();
+}
+
+absl::Status Registry::AddKernels(Opened& opened) {
+  const kreg_plugin* table = opened.plugin->table();
+  std::vector<std::shared_ptr<const Kernel>> kernels;
+  std::set<std::string> own;
   for (size_t i = 0; i < table->num_kernels; ++i) {
-    auto kernel = std::make_shared<const Kernel>(plugin, &table->kernels[i]);
-    info.kernels.push_back(kernel->name());
-    kernels_.emplace(kernel->name(), std::move(kernel));
+    const kreg_kernel& k = *table->kernels[i];
+    auto bad = [&](absl::string_view why) { return Refuse(opened.path, absl::StrCat("kernel ", i, ": ", why)); };
+    if (k.struct_size < KREG_KERNEL_MIN_SIZE) {
+      return bad(absl::StrCat("struct_size ", k.struct_size, " is smaller than the minimum ", KREG_KERNEL_MIN_SIZE));
+    }
+    if (!IsIdentifier(k.op)) return bad(absl::StrCat("op ", Quoted(k.op), " is not [a-z0-9_]+"));
+    if (!IsIdentifier(k.variant)) return bad(absl::StrCat("variant ", Quoted(k.variant), " is not [a-z0-9_]+"));
+    const std::string name = absl::StrCat(k.op, "/", k.variant);
+    auto op = ops_.find(k.op);
+    if (op == ops_.end()) {
+      std::vector<absl::string_view> known;
+      for (const auto& [n, unused] : ops_) known.push_back(n);
+      return bad(absl::StrCat(name, ": op '", k.op, "' is declared by no plugin loaded (known ops: ",
+                              known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
+    }
+    if (k.version == 0) return bad(absl::StrCat(name, ": version must be >= 1"));
+    if (k.run == nullptr) return bad(absl::StrCat(name, ": run is NULL"));
+    if (k.num_params > 0 && k.params == nullptr) return bad(absl::StrCat(name, ": params is NULL"));
+    std::vector<std::string> dims;
+    for (const DimInfo& d : op->second->dims()) dims.push_back(d.name);
+    std::vector<ParamInfo> params;
+    for (size_t j = 0; j < k.num_params; ++j) {
+      if (k.params[j] == nullptr) return bad(absl::StrCat(name, ": parameter ", j, " is NULL"));
+      absl::StatusOr<ParamInfo> p = ReadParam(*k.params[j], dims, params);
+      if (!p.ok()) return bad(absl::StrCat(name, ": parameter ", j, ": ", p.status().message()));
+      for (const ParamInfo& q : params) {
+        if (q.name == p->name) return bad(absl::StrCat(name, ": parameter '", q.name, "' is declared twice"));
+      }
+      params.push_back(*std::move(p));
+    }
+    if (!own.insert(name).second) return Refuse(opened.path, absl::StrCat(name, " is declared twice"));
+    if (auto it = kernels_.find(name); it != kernels_.end()) {
+      return Refuse(opened.path, absl::StrCat("duplicate kernel ", name, ": already registered by ",
+                                              it->second->plugin_path()));
+    }
+    kernels.push_back(std::make_shared<const Kernel>(opened.plugin, op->second, &k, ParamSpace(std::move(params))));
+  }
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const auto& k = kernels[i];
+    if (!k->is_reference()) continue;
+    for (size_t j = 0; j < i; ++j) {
+      if (kernels[j]->op() == k->op() && kernels[j]->is_reference()) {
+        return Refuse(opened.path, absl::StrCat("op ", k->op(), " has two reference kernels, ", kernels[j]->name(),
+                                                " and ", k->name()));
+      }
+    }
+    for (const auto& [n, other] : kernels_) {
+      if (other->op() == k->op() && other->is_reference()) {
+        return Refuse(opened.path, absl::StrCat(k->name(), ": op ", k->op(), " already has a reference kernel, ",
+                                                other->name()));
+      }
+    }
+  }
+  PluginInfo info{opened.path, opened.plugin->name(), opened.plugin->version(), {}, {}};
+  for (const auto& op : opened.ops) info.ops.push_back(op->name());
+  for (auto& k : kernels) {
+    info.kernels.push_back(k->name());
+    kernels_.emplace(k->name(), std::move(k));
   }
   plugins_.push_back(std::move(info));
+  files_.push_back(opened.path);
   return absl::OkStatus();
+}
+
+std::vector<absl::Status> Registry::LoadPlugins(const std::vector<std::string>& paths) {
+  std::vector<absl::Status> refused;
+  std::vector<Opened> opened;
+  for (const std::string& path : paths) {
+    absl::StatusOr<Opened> o = Open(path);
+    if (o.ok()) {
+      opened.push_back(*std::move(o));
+    } else {
+      refused.push_back(o.status());
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  // Ops first, so a plugin's kernels may use ops of plugins after it.
+  std::vector<Opened*> with_ops;
+  for (Opened& o : opened) {
+    if (absl::Status s = AddOps(o); !s.ok()) {
+      refused.push_back(s);
+    } else {
+      with_ops.push_back(&o);
+    }
+  }
+  for (Opened* o : with_ops) {
+    if (absl::Status s = AddKernels(*o); !s.ok()) {
+      // All or nothing: its ops go too, unless kernels already use them.
+      for (const auto& op : o->ops) {
+        bool used = false;
+        for (const auto& [n, k] : kernels_) used = used || k->op() == op->name();
+        if (!used) ops_.erase(op->name());
+      }
+      refused.push_back(s);
+    }
+  }
+  for (const absl::Status& s : refused) refusals_.push_back(s);
+  return refused;
+}
+
+absl::Status Registry::LoadPlugin(const std::string& path) {
+  std::vector<absl::Status> refused = LoadPlugins({path});
+  return refused.empty() ? absl::OkStatus() : refused.front();
 }
 
 std::vector<std::string> Registry::DefaultDirs() {
@@ -517,16 +602,17 @@ absl::StatusOr<std::unique_ptr<Registry>> Registry::Load(const LoadOptions& opti
 
   auto registry = std::make_unique<Registry>();
   std::set<std::string> loaded_names;  // file names, for shadowing
+  std::vector<std::string> files;
   for (const Location& loc : locations) {
     std::error_code ec;
-    std::vector<fs::path> files;
+    std::vector<fs::path> found;
     if (fs::is_directory(loc.path, ec)) {
       for (const fs::directory_entry& e : fs::directory_iterator(loc.path, ec)) {
-        if (e.path().extension() == ".so") files.push_back(e.path());
+        if (e.path().extension() == ".so") found.push_back(e.path());
       }
-      std::sort(files.begin(), files.end());
+      std::sort(found.begin(), found.end());
     } else if (fs::exists(loc.path, ec)) {
-      files.push_back(loc.path);
+      found.push_back(loc.path);
     } else if (loc.explicit_path) {
       return absl::NotFoundError(absl::StrCat("plugin path '", loc.path, "' does not exist"));
     } else {
@@ -536,16 +622,42 @@ absl::StatusOr<std::unique_ptr<Registry>> Registry::Load(const LoadOptions& opti
       absl::MutexLock lock(&registry->mu_);
       registry->searched_.push_back(loc.path);
     }
-    for (const fs::path& file : files) {
-      if (!loaded_names.insert(file.filename().string()).second) continue;
-      absl::Status s = registry->LoadPlugin(file.string());
-      if (!s.ok()) {
-        absl::MutexLock lock(&registry->mu_);
-        registry->refusals_.push_back(std::move(s));
-      }
+    for (const fs::path& file : found) {
+      if (loaded_names.insert(file.filename().string()).second) files.push_back(file.string());
     }
   }
+  registry->LoadPlugins(files);
   return registry;
+}
+
+absl::StatusOr<std::shared_ptr<const Op>> Registry::GetOp(absl::string_view name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = ops_.find(name);
+  if (it != ops_.end()) return it->second;
+  std::vector<absl::string_view> known;
+  for (const auto& [n, op] : ops_) known.push_back(n);
+  return absl::NotFoundError(absl::StrCat("unknown op '", name, "' (ops the loaded plugins declare: ",
+                                          known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
+}
+
+std::vector<std::shared_ptr<const Op>> Registry::Ops() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<const Op>> out;
+  for (const auto& [n, op] : ops_) out.push_back(op);
+  return out;
+}
+
+std::shared_ptr<const Kernel> Registry::Reference(absl::string_view op) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [n, k] : kernels_) {
+    if (k->op() == op && k->is_reference()) return k;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> Registry::Files() const {
+  absl::MutexLock lock(&mu_);
+  return files_;
 }
 
 absl::StatusOr<std::shared_ptr<const Kernel>> Registry::Get(absl::string_view name) const {

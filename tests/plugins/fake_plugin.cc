@@ -1,6 +1,29 @@
 // A configurable test plugin. Built many times with different FLAW values by
 // tests/CMakeLists.txt, each build broken in one way the loader must refuse
-// (or, for FLAW_NONE and FLAW_FOREIGN_ISA, loadable).
+// (or, for FLAW_NONE and FLAW_FOREIGN_ISA, loadable). Its kernels implement
+// op "topk", which the real topk plugin declares (this fake declares none),
+// except where a flaw says otherwise.
+//
+//   NONE               healthy: topk/<VARIANT> and topk/<VARIANT>_two
+//   NO_SYMBOL          exports no kreg_plugin_v* symbol at all
+//   WRONG_ABI          kreg_plugin_v2 whose table says abi_version 99
+//   NEWER_ABI          exports only kreg_plugin_v3 (a newer ABI)
+//   NULL_RUN           kernel 0's run is NULL
+//   BAD_DEFAULT        parameter tile's default 12 is not among 8, 16, 32
+//   UNKNOWN_OP         kernel 0 implements op "frobnicate", which nobody declares
+//   BAD_NAME           kernel 0's variant is "Bad-Name"
+//   SMALL_STRUCT       kernel 0's struct_size is 8
+//   DUP_PARAM          both parameters are named "tile"
+//   SECOND_KERNEL_BAD  kernel 1's run is NULL
+//   FOREIGN_ISA        kernel 0 requires an ISA bit the host does not know
+//                      (loads; the kernel is unavailable)
+//   NULL_TABLE         kreg_plugin_v2 returns NULL
+//   OLD_ABI            exports only kreg_plugin_v1 (an older ABI)
+//   BAD_OP             declares op "fake_op" whose tensor x has shape "m,q",
+//                      but the op declares dim m only; plus a kernel of it
+//   INIT_FAILS         init returns KREG_INTERNAL, "no license"
+//   NULL_KERNEL_PTR    kernels[1] is NULL
+#include <cstdint>
 #include <cstdio>
 
 #include "kreg/plugin_abi.h"
@@ -18,6 +41,10 @@
 #define FLAW_SECOND_KERNEL_BAD 10
 #define FLAW_FOREIGN_ISA 11
 #define FLAW_NULL_TABLE 12
+#define FLAW_OLD_ABI 13
+#define FLAW_BAD_OP 14
+#define FLAW_INIT_FAILS 15
+#define FLAW_NULL_KERNEL_PTR 16
 
 #ifndef FLAW
 #define FLAW FLAW_NONE
@@ -30,50 +57,224 @@ namespace {
 
 const int64_t kTileValues[] = {8, 16, 32};
 
-const kreg_param_desc kParams[] = {
-    {sizeof(kreg_param_desc), "tile", "a tile size", KREG_PARAM_INT, kTileValues, 3,
-     nullptr, 0, FLAW == FLAW_BAD_DEFAULT ? 12 : 16, nullptr, 0},
-    {sizeof(kreg_param_desc), FLAW == FLAW_DUP_PARAM ? "tile" : "rounds", "a count", KREG_PARAM_INT,
-     kTileValues, 3, nullptr, 0, 8, nullptr, 0},
+const kreg_param_desc kTileParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "tile",
+    .doc = "a tile size",
+    .kind = KREG_PARAM_INT,
+    .values = kTileValues,
+    .num_values = 3,
+    .choices = nullptr,
+    .num_choices = 0,
+    .default_value = FLAW == FLAW_BAD_DEFAULT ? 12 : 16,
+    .default_list = nullptr,
+    .default_list_len = 0,
+    .choice_isa = nullptr,
+    .values_kind = KREG_VALUES_LISTED,
+    .lo = 0,
+    .hi = 0,
+    .step = 0,
+    .cap_dim = nullptr,
+    .when_param = nullptr,
+    .when_values = nullptr,
+    .num_when_values = 0,
 };
+const kreg_param_desc kRoundsParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = FLAW == FLAW_DUP_PARAM ? "tile" : "rounds",
+    .doc = "a count",
+    .kind = KREG_PARAM_INT,
+    .values = kTileValues,
+    .num_values = 3,
+    .choices = nullptr,
+    .num_choices = 0,
+    .default_value = 8,
+    .default_list = nullptr,
+    .default_list_len = 0,
+    .choice_isa = nullptr,
+    .values_kind = KREG_VALUES_LISTED,
+    .lo = 0,
+    .hi = 0,
+    .step = 0,
+    .cap_dim = nullptr,
+    .when_param = nullptr,
+    .when_values = nullptr,
+    .num_when_values = 0,
+};
+const kreg_param_desc* const kParams[] = {&kTileParam, &kRoundsParam};
 
-kreg_status Check(const kreg_config* config, const void*, char* msg, size_t cap) {
-  if (config->values[0].value == 32) {
+// Looks at the configuration only.
+kreg_status Check(const kreg_config* config, const kreg_args*, const kreg_host*, char* msg, size_t cap) {
+  if (config->num_values >= 1 && config->values[0]->value == 32) {
     std::snprintf(msg, cap, "tile=32 is too big for this fake");
     return KREG_INVALID_ARGUMENT;
   }
   return KREG_OK;
 }
 
-kreg_status Run(const kreg_config* config, const void*, void*, size_t, const kreg_host*, char* msg,
+kreg_status Run(const kreg_config* config, const kreg_args*, void*, void*, size_t, const kreg_host*, char* msg,
                 size_t cap) {
-  std::snprintf(msg, cap, "fake kernel ran with tile=%lld", static_cast<long long>(config->values[0].value));
+  std::snprintf(msg, cap, "fake kernel ran with tile=%lld",
+                static_cast<long long>(config->num_values >= 1 ? config->values[0]->value : -1));
   return KREG_UNIMPLEMENTED;
 }
 
-const kreg_kernel kKernels[] = {
-    {FLAW == FLAW_SMALL_STRUCT ? 8 : sizeof(kreg_kernel),
-     FLAW == FLAW_UNKNOWN_OP ? "frobnicate" : "topk",
-     FLAW == FLAW_BAD_NAME ? "Bad-Name" : VARIANT, 1, "a fake for loader tests",
-     FLAW == FLAW_FOREIGN_ISA ? (1u << 30) : 0u, kParams, 2, Check, nullptr,
-     FLAW == FLAW_NULL_RUN ? nullptr : Run},
-    {sizeof(kreg_kernel), "topk", VARIANT "_two", 1, "a second fake", 0, kParams, 2, Check, nullptr,
-     FLAW == FLAW_SECOND_KERNEL_BAD ? nullptr : Run},
+const kreg_kernel kKernel0 = {
+    .struct_size = FLAW == FLAW_SMALL_STRUCT ? 8 : sizeof(kreg_kernel),
+    .op = FLAW == FLAW_UNKNOWN_OP ? "frobnicate" : "topk",
+    .variant = FLAW == FLAW_BAD_NAME ? "Bad-Name" : VARIANT,
+    .version = 1,
+    .doc = "a fake for loader tests",
+    .required_isa = FLAW == FLAW_FOREIGN_ISA ? (1u << 30) : 0u,
+    .flags = 0,
+    .params = kParams,
+    .num_params = 2,
+    .check = Check,
+    .workspace_bytes = nullptr,
+    .run = FLAW == FLAW_NULL_RUN ? nullptr : Run,
+    .prepare = nullptr,
+    .release = nullptr,
+};
+const kreg_kernel kKernel1 = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "topk",
+    .variant = VARIANT "_two",
+    .version = 1,
+    .doc = "a second fake",
+    .required_isa = 0,
+    .flags = 0,
+    .params = kParams,
+    .num_params = 2,
+    .check = Check,
+    .workspace_bytes = nullptr,
+    .run = FLAW == FLAW_SECOND_KERNEL_BAD ? nullptr : Run,
+    .prepare = nullptr,
+    .release = nullptr,
 };
 
-const kreg_plugin kPlugin = {
-    sizeof(kreg_plugin), FLAW == FLAW_WRONG_ABI ? 99u : static_cast<uint32_t>(KREG_ABI_VERSION), "fake",
-    "0.1", kKernels, 2,
+#if FLAW == FLAW_BAD_OP
+// An op whose tensor names a dim the op does not declare ("q"); otherwise
+// well formed, with a reference kernel.
+const kreg_dim_desc kDimM = {.struct_size = sizeof(kreg_dim_desc), .name = "m", .doc = "rows", .max = 0};
+const kreg_dim_desc* const kBadOpDims[] = {&kDimM};
+const kreg_tensor_desc kBadOpX = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "x",
+    .doc = "an input",
+    .role = KREG_ROLE_IN,
+    .flags = 0,
+    .dtypes = KREG_DTYPE_F32,
+    .same_dtype_as = nullptr,
+    .shape = "m,q",
+    .gen = KREG_GEN_VALUES,
+    .gen_dim = nullptr,
+    .tolerances = nullptr,
+    .num_tolerances = 0,
 };
+const kreg_tensor_desc kBadOpY = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "y",
+    .doc = "an output",
+    .role = KREG_ROLE_OUT,
+    .flags = 0,
+    .dtypes = KREG_DTYPE_F32,
+    .same_dtype_as = nullptr,
+    .shape = "m",
+    .gen = KREG_GEN_VALUES,
+    .gen_dim = nullptr,
+    .tolerances = nullptr,
+    .num_tolerances = 0,
+};
+const kreg_tensor_desc* const kBadOpTensors[] = {&kBadOpX, &kBadOpY};
+const char* const kBadOpDefaults[] = {VARIANT};
+const kreg_op_desc kBadOp = {
+    .struct_size = sizeof(kreg_op_desc),
+    .name = "fake_op",
+    .doc = "an op with a shape naming an undeclared dim",
+    .dims = kBadOpDims,
+    .num_dims = 1,
+    .tensors = kBadOpTensors,
+    .num_tensors = 2,
+    .attrs = nullptr,
+    .num_attrs = 0,
+    .validate = nullptr,
+    .data_class = nullptr,
+    .default_variant = nullptr,
+    .default_variants = kBadOpDefaults,
+    .num_default_variants = 1,
+};
+const kreg_op_desc* const kOps[] = {&kBadOp};
+
+const kreg_kernel kBadOpKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "fake_op",
+    .variant = VARIANT,
+    .version = 1,
+    .doc = "a kernel of the malformed op",
+    .required_isa = 0,
+    .flags = KREG_KERNEL_REFERENCE,
+    .params = nullptr,
+    .num_params = 0,
+    .check = nullptr,
+    .workspace_bytes = nullptr,
+    .run = Run,
+    .prepare = nullptr,
+    .release = nullptr,
+};
+const kreg_kernel* const kKernels[] = {&kKernel0, &kKernel1, &kBadOpKernel};
+#else
+const kreg_op_desc* const* const kOps = nullptr;
+const kreg_kernel* const kKernels[] = {&kKernel0, FLAW == FLAW_NULL_KERNEL_PTR ? nullptr : &kKernel1};
+#endif
+
+kreg_status Init(const kreg_host*, char* msg, size_t cap) {
+  if (FLAW == FLAW_INIT_FAILS) {
+    std::snprintf(msg, cap, "no license");
+    return KREG_INTERNAL;
+  }
+  return KREG_OK;
+}
+
+// Unused by the builds that export no kreg_plugin_v2/v3 entry.
+[[maybe_unused]] const kreg_plugin kPlugin = {
+    .struct_size = sizeof(kreg_plugin),
+    .abi_version = FLAW == FLAW_WRONG_ABI    ? 99u
+                   : FLAW == FLAW_NEWER_ABI ? 3u
+                                            : static_cast<uint32_t>(KREG_ABI_VERSION),
+    .name = "fake",
+    .version = "0.1",
+    .ops = kOps,
+    .num_ops = FLAW == FLAW_BAD_OP ? 1u : 0u,
+    .kernels = kKernels,
+    .num_kernels = sizeof kKernels / sizeof kKernels[0],
+    .init = Init,
+    .fini = nullptr,
+};
+
+#if FLAW == FLAW_OLD_ABI
+// A table shaped like ABI v1's kreg_plugin (no kernels). The host must refuse
+// the plugin as built against an older ABI, whatever this points at.
+struct PluginV1 {
+  size_t struct_size;
+  uint32_t abi_version;
+  const char* name;
+  const char* version;
+  const void* kernels;
+  size_t num_kernels;
+};
+const PluginV1 kPluginV1 = {sizeof(PluginV1), 1, "fake", "0.1", nullptr, 0};
+#endif
 
 }  // namespace
 
-#if FLAW == FLAW_NEWER_ABI
-extern "C" KREG_PLUGIN_EXPORT const kreg_plugin* kreg_plugin_v2(void) { return &kPlugin; }
-#elif FLAW == FLAW_NO_SYMBOL
+#if FLAW == FLAW_NO_SYMBOL
 extern "C" KREG_PLUGIN_EXPORT int not_a_kreg_plugin(void) { return 42; }
+#elif FLAW == FLAW_NEWER_ABI
+extern "C" KREG_PLUGIN_EXPORT const kreg_plugin* kreg_plugin_v3(void) { return &kPlugin; }
+#elif FLAW == FLAW_OLD_ABI
+extern "C" KREG_PLUGIN_EXPORT const void* kreg_plugin_v1(void) { return &kPluginV1; }
 #elif FLAW == FLAW_NULL_TABLE
-extern "C" KREG_PLUGIN_EXPORT const kreg_plugin* kreg_plugin_v1(void) { return nullptr; }
+extern "C" KREG_PLUGIN_EXPORT const kreg_plugin* kreg_plugin_v2(void) { return nullptr; }
 #else
-extern "C" KREG_PLUGIN_EXPORT const kreg_plugin* kreg_plugin_v1(void) { return &kPlugin; }
+extern "C" KREG_PLUGIN_EXPORT const kreg_plugin* kreg_plugin_v2(void) { return &kPlugin; }
 #endif

@@ -1,6 +1,9 @@
 // A topk plugin that misbehaves on request, for the tuner's isolation tests:
 // parameter `mode` picks ok (a correct top-k), slow (correct, 20 ms per
 // call), wrong (reversed rows), crash (SIGSEGV) or hang (never returns).
+// It declares no op: its one kernel implements op "topk", which the topk
+// plugin declares.
+#include <chrono>
 #include <csignal>
 #include <thread>
 
@@ -8,18 +11,26 @@
 
 namespace {
 
+using namespace kreg::topk;
+
 const char* const kModes[] = {"ok", "slow", "wrong", "crash", "hang"};
 enum Mode { kOk, kSlow, kWrong, kCrash, kHang };
 
-const kreg_param_desc kParams[] = {
-    {sizeof(kreg_param_desc), "mode", "how to behave", KREG_PARAM_CHOICE, nullptr, 0, kModes, 5, kOk, nullptr, 0},
-};
+const kreg_param_desc kModeParam = [] {
+  kreg_param_desc d{};
+  d.struct_size = sizeof(kreg_param_desc);
+  d.name = "mode";
+  d.doc = "how to behave";
+  d.kind = KREG_PARAM_CHOICE;
+  d.choices = kModes;
+  d.num_choices = 5;
+  d.default_value = kOk;
+  return d;
+}();
+const kreg_param_desc* const kParams[] = {&kModeParam};
 
-kreg_status Run(const kreg_config* config, const void* args, void*, size_t, const kreg_host* host, char* msg,
-                size_t cap) {
-  using namespace kreg::topk;
-  const kreg_topk_args& a = *static_cast<const kreg_topk_args*>(args);
-  const int64_t mode = config->values[0].value;
+kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg, size_t cap) {
+  const int64_t mode = Param(config, 0).value;
   if (mode == kCrash) std::raise(SIGSEGV);
   while (mode == kHang) std::this_thread::sleep_for(std::chrono::seconds(1));
   if (mode == kSlow) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -34,11 +45,34 @@ kreg_status Run(const kreg_config* config, const void* args, void*, size_t, cons
   }), msg, cap);
 }
 
-const kreg_kernel kKernels[] = {
-    {sizeof(kreg_kernel), "topk", "faulty", 1, "misbehaves on request", 0, kParams, 1, nullptr, nullptr, Run},
-};
-const kreg_plugin kPlugin = {sizeof(kreg_plugin), KREG_ABI_VERSION, "faulty", "0.1", kKernels, 1};
+const kreg_kernel kFaultyKernel = [] {
+  kreg_kernel d{};
+  d.struct_size = sizeof(kreg_kernel);
+  d.op = "topk";
+  d.variant = "faulty";
+  d.version = 1;
+  d.doc = "misbehaves on request";
+  d.params = kParams;
+  d.num_params = 1;
+  d.check = CheckTopK;
+  d.run = GuardedRun<Run>;
+  return d;
+}();
+const kreg_kernel* const kKernels[] = {&kFaultyKernel};
+
+const kreg_plugin kPlugin = [] {
+  kreg_plugin d{};
+  d.struct_size = sizeof(kreg_plugin);
+  d.abi_version = KREG_ABI_VERSION;
+  d.name = "faulty";
+  d.version = "0.1";
+  d.ops = nullptr;  // op "topk" is the topk plugin's
+  d.num_ops = 0;
+  d.kernels = kKernels;
+  d.num_kernels = 1;
+  return d;
+}();
 
 }  // namespace
 
-extern "C" KREG_PLUGIN_EXPORT const kreg_plugin* kreg_plugin_v1(void) { return &kPlugin; }
+extern "C" KREG_PLUGIN_EXPORT const kreg_plugin* kreg_plugin_v2(void) { return &kPlugin; }

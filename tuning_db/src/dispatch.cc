@@ -1,7 +1,9 @@
 #include "kreg/dispatch.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
-#include "kreg/ops.h"
+#include "absl/strings/str_join.h"
 
 namespace kreg {
 
@@ -10,35 +12,61 @@ absl::StatusOr<Dispatcher> Dispatcher::Create(const Registry& registry, const Tu
   absl::StatusOr<Lut> lut = Lut::Build(db, registry);
   if (!lut.ok()) return lut.status();
   if (machine_id.empty()) machine_id = ThisMachine().id();
-  return Dispatcher(*std::move(lut), std::move(machine_id), std::move(data_class));
+  OpMap ops;
+  for (std::shared_ptr<const Op>& op : registry.Ops()) {
+    std::string name = op->name();
+    ops.emplace(std::move(name), std::move(op));
+  }
+  return Dispatcher(*std::move(lut), std::move(ops), std::move(machine_id), std::move(data_class));
 }
 
-absl::StatusOr<DispatchResult> Dispatcher::Run(absl::string_view op_name, const void* args,
+const Op* Dispatcher::FindOp(absl::string_view name) const {
+  auto it = ops_.find(name);
+  return it == ops_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<DispatchResult> Dispatcher::Run(absl::string_view op_name, const kreg_args& args,
                                                const RunOptions& options) const {
-  const OpInfo* op = FindOp(op_name);
-  if (op == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown op '", op_name, "'"));
-  if (absl::Status s = op->validate(args); !s.ok()) return s;
-  DType dtype;
-  Dims dims;
-  op->describe(args, &dtype, &dims);
-  absl::StatusOr<LutAnswer> answer = lut_.Query(op_name, dtype, dims, machine_id_, data_class_);
+  const Op* op = FindOp(op_name);
+  if (op == nullptr) {
+    std::vector<absl::string_view> known;
+    for (const auto& entry : ops_) known.push_back(entry.first);
+    return absl::NotFoundError(absl::StrCat("unknown op '", op_name, "' (known: ",
+                                            known.empty() ? "none" : absl::StrJoin(known, ", "),
+                                            ")"));
+  }
+  if (absl::Status s = op->Validate(args); !s.ok()) return s;
+  const OpKey key = op->KeyOf(args);
+  std::string data_class = data_class_;
+  if (data_class.empty()) {
+    absl::StatusOr<std::string> asked = op->DataClass(args);
+    if (!asked.ok()) return asked.status();
+    data_class = *std::move(asked);
+  }
+  absl::StatusOr<LutAnswer> answer =
+      lut_.Query(op->name(), key.dtype, key.dims, machine_id_, data_class);
   if (!answer.ok()) return answer.status();
-  // A copy: Config caches its ABI view, so threads must not share one.
-  const Config config = *answer->config;
-  if (absl::Status s = answer->kernel->Run(config, args, options); !s.ok()) return s;
-  return DispatchResult{answer->kernel->name(), answer->kernel->ConfigString(config),
-                        answer->match};
-}
 
-absl::StatusOr<TopKResult> Dispatcher::TopK(const Tensor& input, int64_t k,
-                                            const TopKOptions& options, DispatchResult* how) const {
-  TopKResult result;
-  absl::StatusOr<kreg_topk_args> args = PrepareTopK(input, k, options, &result);
-  if (!args.ok()) return args.status();
-  absl::StatusOr<DispatchResult> ran = Run("topk", &*args, options.run);
-  if (!ran.ok()) return ran.status();
-  if (how != nullptr) *how = *std::move(ran);
-  return result;
+  const RunOptions* run_options = &options;
+  RunOptions with_dispatch;
+  if (!options.dispatch) {
+    // Sub-ops of a composite op go through this Dispatcher, each with a
+    // workspace of its own (the caller's is in use by the kernel that
+    // dispatches).
+    with_dispatch = options;
+    with_dispatch.dispatch = [this, &options](absl::string_view sub_op, const kreg_args& sub_args) {
+      // `options` outlives the kernel's run, and so this call.
+      RunOptions sub = options;
+      sub.workspace = nullptr;
+      return Run(sub_op, sub_args, sub).status();
+    };
+    run_options = &with_dispatch;
+  }
+  if (absl::Status s = answer->kernel->Run(*answer->config, args, *run_options); !s.ok()) {
+    return s;
+  }
+  return DispatchResult{answer->kernel->name(), answer->kernel->ConfigString(*answer->config),
+                        answer->match, std::move(data_class)};
 }
 
 }  // namespace kreg

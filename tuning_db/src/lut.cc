@@ -6,9 +6,11 @@
 // flat_hash_map of entry indices, then compare fields: no allocation.
 // Entry keys live in compact arrays with their strings interned, so a probe
 // touches a few cache lines. Nearest lookups go to the entry's group (op,
-// dtype, machine, data class, dim names): a k-d tree over log2 dims (median
+// dtype signature, machine, data class, dim names): a k-d tree over log2 dims (median
 // splits on the widest axis, leaves of up to 32) searched depth first, nearer child
 // first, skipping any box farther (L1) than the eighth-best entry found.
+// Ops are the registry's: keys are checked and shape-only arguments built by
+// the Op, legality asked of the kernel's Check.
 #include "kreg/lut.h"
 
 #include <algorithm>
@@ -30,86 +32,19 @@ constexpr size_t kLeafSize = 32;   // k-d tree leaves hold at most this many ent
 
 // ---- Shape-only arguments ---------------------------------------------------
 
-// Never read: kernels' legality checks look at shapes only. Non-null because
-// validation refuses a non-empty tensor without data.
-alignas(64) unsigned char kNoData[64];
-
-struct ShapeArgs {
-  int64_t input_shape[2];
-  int64_t output_shape[2];
-  DLTensor input, values, indices;
-  kreg_topk_args topk;
-  const void* args = nullptr;
-};
-
-DLTensor ShapeTensor(DType dtype, int64_t* shape) {
-  DLTensor t{};
-  t.data = kNoData;
-  t.device = {kDLCPU, 0};
-  t.ndim = 2;
-  t.dtype = ToDLDataType(dtype);
-  t.shape = shape;
-  return t;
-}
-
-absl::Status TopKShapeArgs(DType dtype, const Dims& dims, ShapeArgs* out) {
-  int64_t batch = -1, n = -1, k = -1, largest = 1;
-  for (const auto& [name, value] : dims) {
-    int64_t* slot = name == "batch"     ? &batch
-                    : name == "n"       ? &n
-                    : name == "k"       ? &k
-                    : name == "largest" ? &largest
-                                        : nullptr;
-    if (name == "ragged") continue;  // row ranges do not change legality
-    if (slot == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("topk has no dim '", name, "'"));
-    }
-    *slot = value;
-  }
-  if (batch < 0 || n < 0 || k < 0) {
-    return absl::InvalidArgumentError("topk needs dims batch, n and k (>= 0)");
-  }
-  out->input_shape[0] = batch;
-  out->input_shape[1] = n;
-  out->output_shape[0] = batch;
-  out->output_shape[1] = k;
-  out->input = ShapeTensor(dtype, out->input_shape);
-  out->values = ShapeTensor(dtype, out->output_shape);
-  out->indices = ShapeTensor(DType::kI32, out->output_shape);
-  out->topk = {};
-  out->topk.struct_size = sizeof(kreg_topk_args);
-  out->topk.input = &out->input;
-  out->topk.k = k;
-  out->topk.largest = largest != 0;
-  out->topk.values = &out->values;
-  out->topk.indices = &out->indices;
-  out->args = &out->topk;
-  return absl::OkStatus();
-}
-
-struct ShapeBuilder {
-  absl::string_view op;
-  absl::Status (*build)(DType dtype, const Dims& dims, ShapeArgs* out);
-};
-const ShapeBuilder kShapeBuilders[] = {{"topk", TopKShapeArgs}};
-
-// Shape-only args for `op` into `out` (out->args stays null for an op with no
-// builder); InvalidArgument when the shape is not one the op takes.
-absl::Status BuildShapeArgs(absl::string_view op, DType dtype, const Dims& dims, ShapeArgs* out) {
-  out->args = nullptr;
-  for (const ShapeBuilder& b : kShapeBuilders) {
-    if (b.op != op) continue;
-    if (absl::Status s = b.build(dtype, dims, out); !s.ok()) return s;
-    if (const OpInfo* info = FindOp(op); info != nullptr) return info->validate(out->args);
-    return absl::OkStatus();
-  }
-  return absl::OkStatus();
+// Shape-only arguments of `op` for a key's tensor types (Op::TypesFromKey of
+// its dtype signature) and dims, built by the op; InvalidArgument when the op
+// does not take them.
+absl::Status MakeShape(const Op& op, const TensorTypes& types, const Dims& dims, ShapeArgs* out) {
+  absl::StatusOr<Values> values = op.ParseValues(dims);
+  if (!values.ok()) return values.status();
+  if (absl::Status s = op.CheckComplete(*values); !s.ok()) return s;
+  return op.MakeShapeArgs(*values, types, out);
 }
 
 // Whether `config` is legal for the shape.
 absl::Status Legal(const Kernel& kernel, const Config& config, const ShapeArgs& shape) {
-  if (shape.args == nullptr) return absl::OkStatus();
-  return kernel.Check(config, shape.args);
+  return kernel.Check(config, *shape.args());
 }
 
 // ---- Hashing keys in place --------------------------------------------------
@@ -172,12 +107,12 @@ inline bool Eq(absl::string_view x, absl::string_view y) {
   return std::memcmp(p, q, n) == 0;
 }
 
-// Whether `dim` is an attribute of `info` at its default value: such dims are
-// not part of a canonical key.
-bool IsDefaultAttribute(const OpInfo* info, const std::pair<std::string, int64_t>& dim) {
-  if (info == nullptr) return false;
-  for (const auto& [name, value] : info->attributes) {
-    if (Eq(name, dim.first)) return value == dim.second;
+// Whether `dim` is an integer attribute of `op` at its default value: such
+// dims are not part of a canonical key.
+bool IsDefaultAttribute(const Op* op, const std::pair<std::string, int64_t>& dim) {
+  if (op == nullptr) return false;
+  for (const AttrInfo& a : op->attrs()) {
+    if (!a.is_float && Eq(a.name, dim.first)) return a.default_value.i == dim.second;
   }
   return false;
 }
@@ -188,10 +123,10 @@ struct DimsDigest {
   size_t count = 0;
 };
 
-DimsDigest Digest(const OpInfo* info, const Dims& dims) {
+DimsDigest Digest(const Op* op, const Dims& dims) {
   DimsDigest d;
   for (const auto& dim : dims) {
-    if (IsDefaultAttribute(info, dim)) continue;
+    if (IsDefaultAttribute(op, dim)) continue;
     const uint64_t name = HashBytes(dim.first);
     d.names += name;
     d.values += Mix(name, static_cast<uint64_t>(dim.second));
@@ -200,19 +135,19 @@ DimsDigest Digest(const OpInfo* info, const Dims& dims) {
   return d;
 }
 
-uint64_t KeyHash(absl::string_view op, DType dtype, absl::string_view machine,
+uint64_t KeyHash(absl::string_view op, absl::string_view dtype, absl::string_view machine,
                  absl::string_view data_class, uint64_t dims, size_t count) {
-  uint64_t h = Mix(HashBytes(op), static_cast<uint64_t>(dtype) + 1);
+  uint64_t h = Mix(HashBytes(op), HashBytes(dtype));
   h = Mix(h ^ HashBytes(machine), HashBytes(data_class));
   return Mix(h ^ dims, count);
 }
 
-uint64_t ExactHash(absl::string_view op, DType dtype, absl::string_view machine,
+uint64_t ExactHash(absl::string_view op, absl::string_view dtype, absl::string_view machine,
                    absl::string_view data_class, const DimsDigest& d) {
   return KeyHash(op, dtype, machine, data_class, d.values, d.count);
 }
 
-uint64_t GroupHash(absl::string_view op, DType dtype, absl::string_view machine,
+uint64_t GroupHash(absl::string_view op, absl::string_view dtype, absl::string_view machine,
                    absl::string_view data_class, const DimsDigest& d) {
   return KeyHash(op, dtype, machine, data_class, d.names, d.count);
 }
@@ -260,11 +195,11 @@ struct Lut::Impl {
   // An entry's key, compact for the exact path: strings interned in
   // `strings`, dims in `dim_names` / `dim_values` [dims_begin, +dims_count).
   struct Key {
-    uint32_t op, machine, data_class;
-    DType dtype;
+    uint32_t op, dtype, machine, data_class;
     uint32_t dims_begin, dims_count;
   };
-  // The entries sharing op, dtype, machine, data class and dim names, as a
+  // The entries sharing op, dtype signature, machine, data class and dim
+  // names, as a
   // k-d tree over log2 dims for nearest lookups.
   struct Group {
     Key key;                      // dims_*: the first item's (for the names)
@@ -278,12 +213,25 @@ struct Lut::Impl {
     std::vector<Node> nodes;   // nodes[0] is the root
     std::vector<float> boxes;  // per node: lo[d] then hi[d]
   };
-  struct OpDefaults {
-    std::string op;
-    std::vector<std::pair<const Kernel*, Config>> kernels;  // most preferred first
+  // An op of the registry and what it answers with when nothing is tuned.
+  struct OpEntry {
+    std::shared_ptr<const Op> op;  // keeps its plugin loaded
+    // Available kernels with their default configs: the op's
+    // default_variants in order, the others by name, the reference last.
+    std::vector<std::pair<const Kernel*, Config>> defaults;
+    // Op::TypesFromKey of the dtype signatures its entries use.
+    std::vector<std::pair<std::string, TensorTypes>> types;
+
+    const TensorTypes* FindTypes(absl::string_view dtype) const {
+      for (const auto& [signature, t] : types) {
+        if (Eq(signature, dtype)) return &t;
+      }
+      return nullptr;
+    }
   };
 
   std::vector<std::shared_ptr<const Kernel>> kernels;  // keeps plugins loaded
+  std::vector<OpEntry> ops;
   std::vector<std::string> strings;
   std::vector<uint32_t> dim_names;
   std::vector<int64_t> dim_values;
@@ -293,24 +241,24 @@ struct Lut::Impl {
   std::vector<uint32_t> exact_next;               // next item with that hash
   std::vector<Group> groups;
   absl::flat_hash_map<uint64_t, std::vector<uint32_t>> group_index;  // hash -> groups
-  std::vector<OpDefaults> defaults;
   std::vector<std::string> warnings;
   size_t usable = 0;
-  // FindOp of the ops this Lut knows, looked up without a call.
-  std::vector<std::pair<std::string, const OpInfo*>> ops;
+  // What the op's default_variant sees: this CPU, the host's threads.
+  kreg_host host{};
 
-  const OpInfo* Info(absl::string_view op) const {
-    for (const auto& [name, info] : ops) {
-      if (Eq(name, op)) return info;
+  // The op called `name`, looked up without a call; nullptr if unknown.
+  const OpEntry* FindOp(absl::string_view name) const {
+    for (const OpEntry& e : ops) {
+      if (Eq(e.op->name(), name)) return &e;
     }
-    return FindOp(op);
+    return nullptr;
   }
 
   // Whether `key` is (op, dtype, machine, data_class) with those (kept) dims.
-  bool SameKey(const Key& key, absl::string_view op, DType dtype, absl::string_view machine,
-               absl::string_view data_class, const Dims& dims, const OpInfo* info,
-               size_t count) const {
-    if (key.dtype != dtype || key.dims_count != count || !Eq(strings[key.op], op) ||
+  bool SameKey(const Key& key, absl::string_view op, absl::string_view dtype,
+               absl::string_view machine, absl::string_view data_class, const Dims& dims,
+               const Op* info, size_t count) const {
+    if (key.dims_count != count || !Eq(strings[key.op], op) || !Eq(strings[key.dtype], dtype) ||
         !Eq(strings[key.machine], machine) || !Eq(strings[key.data_class], data_class)) {
       return false;
     }
@@ -339,16 +287,17 @@ struct Lut::Impl {
     return true;
   }
 
-  const Group* FindGroup(absl::string_view op, DType dtype, absl::string_view machine,
-                         absl::string_view data_class, const Dims& dims, const OpInfo* info,
+  const Group* FindGroup(absl::string_view op, absl::string_view dtype, absl::string_view machine,
+                         absl::string_view data_class, const Dims& dims, const Op* info,
                          const DimsDigest& digest) const {
     auto it = group_index.find(GroupHash(op, dtype, machine, data_class, digest));
     if (it == group_index.end()) return nullptr;
     for (uint32_t g : it->second) {
       const Group& group = groups[g];
       const Key& key = group.key;
-      if (key.dtype != dtype || group.names.size() != digest.count || !Eq(strings[key.op], op) ||
-          !Eq(strings[key.machine], machine) || !Eq(strings[key.data_class], data_class)) {
+      if (group.names.size() != digest.count || !Eq(strings[key.op], op) ||
+          !Eq(strings[key.dtype], dtype) || !Eq(strings[key.machine], machine) ||
+          !Eq(strings[key.data_class], data_class)) {
         continue;
       }
       bool same = true;
@@ -482,9 +431,11 @@ absl::string_view MatchName(Match match) {
   return "?";
 }
 
-absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry,
-                               const LutOptions& options) {
+absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry) {
   auto impl = std::make_unique<Impl>();
+  impl->host.struct_size = sizeof(kreg_host);
+  impl->host.num_threads = 0;
+  impl->host.isa = CpuIsa();
   absl::flat_hash_map<std::string, uint32_t> interned;
   auto intern = [&](absl::string_view s) {
     auto [it, added] = interned.try_emplace(s, impl->strings.size());
@@ -499,47 +450,74 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry,
     by_name.emplace(k->name(), std::move(k));
   }
 
-  // Defaults per op: preferred variants first, then the rest by name.
-  for (const std::shared_ptr<const Kernel>& k : impl->kernels) {
-    if (!k->available()) continue;
-    auto it = std::find_if(impl->defaults.begin(), impl->defaults.end(),
-                           [&](const Impl::OpDefaults& d) { return d.op == k->op(); });
-    if (it == impl->defaults.end()) {
-      impl->defaults.push_back({std::string(k->op()), {}});
-      it = impl->defaults.end() - 1;
-    }
-    it->kernels.emplace_back(k.get(), k->DefaultConfig());
-  }
-  for (Impl::OpDefaults& d : impl->defaults) {
-    std::vector<std::string> preferred;
-    for (const auto& [op, variants] : options.default_variants) {
-      if (op == d.op) preferred = variants;
-    }
-    auto rank = [&](const Kernel* k) {
-      return std::find(preferred.begin(), preferred.end(), k->variant()) - preferred.begin();
+  // The ops, and their defaults: the op's preferred variants in its order,
+  // the other available kernels by name, the reference last.
+  for (std::shared_ptr<const Op>& op : registry.Ops()) {
+    Impl::OpEntry entry;
+    std::vector<const Kernel*> order;
+    auto add = [&](const Kernel* k) {
+      if (k == nullptr || !k->available()) return;
+      if (std::find(order.begin(), order.end(), k) == order.end()) order.push_back(k);
     };
-    std::stable_sort(d.kernels.begin(), d.kernels.end(),
-                     [&](const auto& a, const auto& b) { return rank(a.first) < rank(b.first); });
+    for (const std::string& variant : op->default_variants()) {
+      auto it = by_name.find(absl::StrCat(op->name(), "/", variant));
+      if (it != by_name.end()) add(it->second.get());
+    }
+    const Kernel* reference = nullptr;
+    for (const std::shared_ptr<const Kernel>& k : impl->kernels) {  // sorted by name
+      if (k->op() != op->name()) continue;
+      if (k->is_reference()) {
+        if (reference == nullptr) reference = k.get();
+        continue;
+      }
+      add(k.get());
+    }
+    add(reference);
+    for (const Kernel* k : order) entry.defaults.emplace_back(k, k->DefaultConfig());
+    entry.op = std::move(op);
+    impl->ops.push_back(std::move(entry));
   }
 
   // One item per entry, answering from its fastest usable trial.
   const tuning::Database& proto = db.proto();
   impl->items.reserve(proto.entries_size());
   impl->keys.reserve(proto.entries_size());
+  std::vector<std::pair<std::string, int>> unknown_ops;  // op -> entries, first seen first
   for (const tuning::Entry& e : proto.entries()) {
-    Impl::Item item;
-    const std::string& op = e.key().op();
-    item.dims = CanonicalDims(op, KeyDims(e.key()));
-    item.key_text = KeyString(e.key());
-    absl::StatusOr<DType> dtype = ParseDType(e.key().dtype());
-    if (!dtype.ok()) {
-      impl->warnings.push_back(absl::StrCat(item.key_text, ": unknown dtype, entry skipped"));
+    const std::string& op_name = e.key().op();
+    auto found = std::find_if(impl->ops.begin(), impl->ops.end(),
+                              [&](const Impl::OpEntry& o) { return o.op->name() == op_name; });
+    if (found == impl->ops.end()) {
+      auto it = std::find_if(unknown_ops.begin(), unknown_ops.end(),
+                             [&](const auto& u) { return u.first == op_name; });
+      if (it == unknown_ops.end()) {
+        unknown_ops.emplace_back(op_name, 1);
+      } else {
+        ++it->second;
+      }
       continue;
     }
-    Impl::Key key{intern(op),
+    Impl::OpEntry* op_entry = &*found;
+    const Op& op = *op_entry->op;
+    Impl::Item item;
+    item.dims = CanonicalDims(op, KeyDims(e.key()));
+    item.key_text = KeyString(e.key());
+    const TensorTypes* types = op_entry->FindTypes(e.key().dtype());
+    if (types == nullptr) {
+      absl::StatusOr<TensorTypes> parsed = op.TypesFromKey(e.key().dtype());
+      if (!parsed.ok()) {
+        impl->warnings.push_back(
+            absl::StrCat(item.key_text, ": ", parsed.status().message(), "; entry skipped"));
+        continue;
+      }
+      // Valid for this entry (the vector may move for the next one).
+      op_entry->types.emplace_back(e.key().dtype(), *std::move(parsed));
+      types = &op_entry->types.back().second;
+    }
+    Impl::Key key{intern(op_name),
+                  intern(e.key().dtype()),
                   intern(e.key().machine_id()),
                   intern(e.key().data_class()),
-                  *dtype,
                   static_cast<uint32_t>(impl->dim_names.size()),
                   static_cast<uint32_t>(item.dims.size())};
     for (const auto& [name, value] : item.dims) {
@@ -557,11 +535,14 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry,
                        return a->median_ns() < b->median_ns();
                      });
     ShapeArgs own;
-    absl::Status own_shape = BuildShapeArgs(op, *dtype, item.dims, &own);
+    const absl::Status own_shape = MakeShape(op, *types, item.dims, &own);
+    if (!own_shape.ok()) {
+      impl->warnings.push_back(absl::StrCat(item.key_text, ": ", own_shape.message(), "; entry skipped"));
+    }
     std::string stale;  // the fastest trial's staleness, if it was
     for (size_t i = 0; i < trials.size() && item.kernel == nullptr; ++i) {
       const tuning::Trial& t = *trials[i];
-      std::string name = absl::StrCat(op, "/", t.variant());
+      std::string name = absl::StrCat(op_name, "/", t.variant());
       std::string problem;
       auto it = by_name.find(name);
       if (it == by_name.end()) {
@@ -604,14 +585,9 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry,
     impl->keys.push_back(key);
     impl->items.push_back(std::move(item));
   }
-
-  for (const std::string& op : impl->strings) {
-    if (const OpInfo* info = FindOp(op); info != nullptr) impl->ops.emplace_back(op, info);
-  }
-  for (const Impl::OpDefaults& d : impl->defaults) {
-    if (const OpInfo* info = FindOp(d.op); info != nullptr && impl->Info(d.op) != info) {
-      impl->ops.emplace_back(d.op, info);
-    }
+  for (const auto& [op, count] : unknown_ops) {
+    impl->warnings.push_back(absl::StrCat("op '", op, "' is not registered (no loaded plugin declares it): ", count,
+                                          count == 1 ? " entry" : " entries", " cannot answer"));
   }
 
   // The exact index.
@@ -620,9 +596,9 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry,
   for (uint32_t i = num_items; i-- > 0;) {
     const Impl::Key& key = impl->keys[i];
     const std::string& op = impl->strings[key.op];
-    const uint64_t h =
-        ExactHash(op, key.dtype, impl->strings[key.machine], impl->strings[key.data_class],
-                  Digest(FindOp(op), impl->items[i].dims));
+    const uint64_t h = ExactHash(op, impl->strings[key.dtype], impl->strings[key.machine],
+                                 impl->strings[key.data_class],
+                                 Digest(impl->FindOp(op)->op.get(), impl->items[i].dims));
     auto [it, added] = impl->exact.try_emplace(h, i);
     if (!added) {
       impl->exact_next[i] = it->second;
@@ -638,17 +614,17 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry,
                                 impl->dim_names.begin() + key.dims_begin + key.dims_count);
     std::vector<uint32_t> sorted = names;
     std::sort(sorted.begin(), sorted.end());
-    std::string id = absl::StrCat(key.op, ",", static_cast<int>(key.dtype), ",", key.machine, ",",
-                                  key.data_class, ":", absl::StrJoin(sorted, ","));
+    std::string id = absl::StrCat(key.op, ",", key.dtype, ",", key.machine, ",", key.data_class,
+                                  ":", absl::StrJoin(sorted, ","));
     auto [it, added] = group_of.try_emplace(id, impl->groups.size());
     if (added) {
       impl->groups.emplace_back();
       impl->groups.back().key = key;
       impl->groups.back().names = std::move(names);
       const std::string& op = impl->strings[key.op];
-      impl->group_index[GroupHash(op, key.dtype, impl->strings[key.machine],
+      impl->group_index[GroupHash(op, impl->strings[key.dtype], impl->strings[key.machine],
                                   impl->strings[key.data_class],
-                                  Digest(FindOp(op), impl->items[i].dims))]
+                                  Digest(impl->FindOp(op)->op.get(), impl->items[i].dims))]
           .push_back(it->second);
     }
     impl->groups[it->second].items.push_back(i);
@@ -669,20 +645,25 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry,
   return Lut(std::move(impl));
 }
 
-absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op, DType dtype, const Dims& dims,
-                                     absl::string_view machine_id,
+absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_view dtype,
+                                     const Dims& dims, absl::string_view machine_id,
                                      absl::string_view data_class) const {
   const Impl& impl = *impl_;
-  const OpInfo* info = impl.Info(op);
-  const DimsDigest digest = Digest(info, dims);
+  const Impl::OpEntry* op_entry = impl.FindOp(op_name);
+  if (op_entry == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("op '", op_name, "' is not registered (no loaded plugin declares it)"));
+  }
+  const Op* op = op_entry->op.get();
+  const DimsDigest digest = Digest(op, dims);
   LutAnswer answer;
 
   // Exact.
   uint32_t exact_item = kNone;
-  if (auto it = impl.exact.find(ExactHash(op, dtype, machine_id, data_class, digest));
+  if (auto it = impl.exact.find(ExactHash(op_name, dtype, machine_id, data_class, digest));
       it != impl.exact.end()) {
     for (uint32_t i = it->second; i != kNone; i = impl.exact_next[i]) {
-      if (!impl.SameKey(impl.keys[i], op, dtype, machine_id, data_class, dims, info,
+      if (!impl.SameKey(impl.keys[i], op_name, dtype, machine_id, data_class, dims, op,
                         digest.count)) {
         continue;
       }
@@ -704,11 +685,20 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op, DType dtype, const Di
 
   // The shape, for legality checks from here on.
   ShapeArgs shape;
-  if (absl::Status s = BuildShapeArgs(op, dtype, dims, &shape); !s.ok()) return s;
+  {
+    const TensorTypes* types = op_entry->FindTypes(dtype);
+    absl::StatusOr<TensorTypes> parsed;
+    if (types == nullptr) {
+      parsed = op->TypesFromKey(dtype);
+      if (!parsed.ok()) return parsed.status();
+      types = &*parsed;
+    }
+    if (absl::Status s = MakeShape(*op, *types, dims, &shape); !s.ok()) return s;
+  }
 
   // Nearest: the closest candidates first; past them (rare), all by distance.
   if (const Impl::Group* group =
-          impl.FindGroup(op, dtype, machine_id, data_class, dims, info, digest)) {
+          impl.FindGroup(op_name, dtype, machine_id, data_class, dims, op, digest)) {
     const size_t d = group->names.size();
     absl::InlinedVector<float, 8> q(d);
     for (size_t j = 0; j < d; ++j) {
@@ -762,14 +752,23 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op, DType dtype, const Di
     }
   }
 
-  // Default.
-  auto it = std::find_if(impl.defaults.begin(), impl.defaults.end(),
-                         [&](const Impl::OpDefaults& d) { return d.op == op; });
-  if (it == impl.defaults.end()) {
-    return absl::NotFoundError(absl::StrCat("no available kernel of op '", op, "' is registered"));
+  // Default: the op's own choice for this shape first, then its list.
+  const auto& defaults = op_entry->defaults;
+  if (defaults.empty()) {
+    return absl::NotFoundError(absl::StrCat("no available kernel of op '", op_name, "' is registered"));
+  }
+  size_t chosen = defaults.size();
+  if (const std::string variant = op->DefaultVariant(*shape.args(), impl.host); !variant.empty()) {
+    for (size_t i = 0; i < defaults.size() && chosen == defaults.size(); ++i) {
+      if (defaults[i].first->variant() == variant) chosen = i;
+    }
   }
   std::string refusals;
-  for (const auto& [kernel, config] : it->kernels) {
+  for (size_t n = 0; n <= defaults.size(); ++n) {
+    // n == 0: the op's choice (if any); then the list in order, without it.
+    const size_t i = n == 0 ? chosen : n - 1;
+    if (i >= defaults.size() || (n > 0 && i == chosen)) continue;
+    const auto& [kernel, config] = defaults[i];
     absl::Status s = Legal(*kernel, config, shape);
     if (s.ok()) {
       answer.kernel = kernel;
@@ -780,7 +779,7 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op, DType dtype, const Di
     absl::StrAppend(&refusals, refusals.empty() ? "" : "; ", kernel->name(), ": ", s.message());
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("no kernel of op '", op, "' takes this problem: ", refusals));
+      absl::StrCat("no kernel of op '", op_name, "' takes this problem: ", refusals));
 }
 
 }  // namespace kreg

@@ -1,15 +1,21 @@
 // The LUT library: schema round trips, refusal of corrupt, truncated and
 // foreign files, atomic and merged saves (two processes, nothing lost),
 // recording and winners, merge and diff, and queries: exact, nearest (log2
-// distance, legality for the asked shape, stale entries) and default.
+// distance, legality for the asked shape, stale entries) and default (the
+// op's preferred variants). Generic over ops: the same for topk (the topk
+// plugin and a fake whose legality depends on k) and for axpy, an op a test
+// plugin declares, queried and run through the Dispatcher (an in-out tensor,
+// the op's data class asked per call).
 #include "kreg/lut.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <new>
@@ -20,6 +26,9 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "kreg/dispatch.h"
+#include "kreg/problem.h"
+#include "kreg/topk.h"
 
 // Counts heap allocations, to prove the exact lookup makes none.
 namespace {
@@ -59,6 +68,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
+using ::testing::UnorderedElementsAre;
 
 constexpr char kMachine[] = "00000000deadbeef";
 
@@ -88,7 +98,7 @@ std::vector<std::string> Listing(const std::string& dir) {
 }
 
 tuning::ProblemKey Key(int64_t batch, int64_t n, int64_t k, absl::string_view machine = kMachine) {
-  return MakeProblemKey("topk", DType::kF32, {{"batch", batch}, {"n", n}, {"k", k}}, machine);
+  return MakeProblemKey("topk", "f32", {{"batch", batch}, {"n", n}, {"k", k}}, machine);
 }
 
 tuning::Config Choice(const std::string& name, const std::string& value) {
@@ -170,7 +180,7 @@ TuningDb SampleDb() {
   s2->set_choice("nth_element");
   db.AddTrial(Key(64, 32768, 2048), MakeTrial("blockwise", blockwise, 1.5e6));
   tuning::ProblemKey ties = MakeProblemKey(
-      "topk", DType::kBF16, {{"batch", 1}, {"n", 4096}, {"k", 8}}, kMachine, "dist=ties");
+      "topk", "bf16", {{"batch", 1}, {"n", 4096}, {"k", 8}}, kMachine, "dist=ties");
   db.AddTrial(ties, Sort("nth_element", 900));
   return db;
 }
@@ -204,39 +214,88 @@ TEST(Machine, FingerprintIsStableAndDerivedFromTheFields) {
   EXPECT_EQ(FingerprintId(fixed).find_first_not_of("0123456789abcdef"), std::string::npos);
 }
 
-TEST(Keys, CanonicalDimsOrderAndDropDefaultAttributes) {
-  EXPECT_THAT(CanonicalDims("topk", {{"largest", 1}, {"k", 10}, {"n", 100}, {"batch", 2}}),
-              ElementsAre(std::pair<std::string, int64_t>("batch", 2),
-                          std::pair<std::string, int64_t>("n", 100),
-                          std::pair<std::string, int64_t>("k", 10)));
-  EXPECT_THAT(CanonicalDims("topk", {{"k", 10}, {"largest", 0}, {"n", 100}, {"batch", 2}}),
-              SizeIs(4));
-  Dims unknown = {{"z", 1}, {"a", 2}};
-  EXPECT_EQ(CanonicalDims("nosuchop", unknown), unknown);
-  tuning::ProblemKey key = Key(8, 1000, 10);
-  EXPECT_EQ(KeyString(key), absl::StrCat("topk f32 batch=8,n=1000,k=10 @", kMachine));
-}
-
 class WithRegistry : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     LoadOptions options;
-    options.plugin_paths = {KREG_PLUGIN_DIR, std::string(KREG_TEST_PLUGIN_DIR) + "/lut"};
+    // The topk plugin, the tiled fake, and the axpy test op (its plugin file
+    // only: the folder also holds kernels of other ABI layouts).
+    options.plugin_paths = {KREG_PLUGIN_DIR, std::string(KREG_TEST_PLUGIN_DIR) + "/lut",
+                            std::string(KREG_AXPY_PLUGIN_DIR) + "/test_axpy.so"};
     options.use_env = false;
     options.use_default_dirs = false;
     auto registry = Registry::Load(options);
     ASSERT_TRUE(registry.ok()) << registry.status();
     registry_ = std::move(*registry).release();
     ASSERT_TRUE(registry_->Get("topk/tiled").ok());
+    ASSERT_TRUE(registry_->Get("axpy/blocked").ok());
+    ASSERT_THAT(registry_->refusals(), IsEmpty());
   }
   static void TearDownTestSuite() {
     delete registry_;
     registry_ = nullptr;
   }
   std::shared_ptr<const Kernel> Get(absl::string_view name) { return *registry_->Get(name); }
+  const Op& OpNamed(absl::string_view name) { return **registry_->GetOp(name); }
   static Registry* registry_;
 };
 Registry* WithRegistry::registry_ = nullptr;
+
+using Keys = WithRegistry;
+
+TEST_F(Keys, CanonicalDimsOrderAndDropDefaultAttributes) {
+  const Op& topk = OpNamed("topk");
+  using D = std::pair<std::string, int64_t>;
+  EXPECT_THAT(CanonicalDims(topk, {{"largest", 1}, {"k", 10}, {"n", 100}, {"batch", 2}}),
+              ElementsAre(D("batch", 2), D("n", 100), D("k", 10)));
+  EXPECT_THAT(CanonicalDims(topk, {{"k", 10}, {"largest", 0}, {"n", 100}, {"batch", 2}}),
+              ElementsAre(D("batch", 2), D("n", 100), D("k", 10), D("largest", 0)));
+  // Names the op does not know come last, as given.
+  Dims unknown = {{"z", 1}, {"a", 2}};
+  EXPECT_EQ(CanonicalDims(topk, unknown), unknown);
+  EXPECT_THAT(CanonicalDims(topk, {{"z", 1}, {"k", 3}, {"a", 2}}),
+              ElementsAre(D("k", 3), D("z", 1), D("a", 2)));
+  // A float attribute is not a key dim: axpy's key is its one dim.
+  EXPECT_THAT(CanonicalDims(OpNamed("axpy"), {{"n", 5}}), ElementsAre(D("n", 5)));
+  tuning::ProblemKey key = Key(8, 1000, 10);
+  EXPECT_EQ(KeyString(key), absl::StrCat("topk f32 batch=8,n=1000,k=10 @", kMachine));
+}
+
+TEST_F(Keys, MakeProblemKeyStoresDimsAsGiven) {
+  tuning::ProblemKey as_given = MakeProblemKey(
+      "topk", "f32", {{"k", 10}, {"largest", 1}, {"n", 1000}, {"batch", 8}}, kMachine);
+  EXPECT_EQ(KeyString(as_given), absl::StrCat("topk f32 k=10,largest=1,n=1000,batch=8 @", kMachine));
+  // From an op's key of a call, data class included.
+  OpKey op_key{"f32+row_ends", {{"batch", 8}, {"n", 1000}, {"k", 10}}};
+  tuning::ProblemKey ragged = MakeProblemKey("topk", op_key, kMachine, "dist=ties");
+  EXPECT_EQ(ragged.dtype(), "f32+row_ends");
+  EXPECT_EQ(KeyString(ragged),
+            absl::StrCat("topk f32+row_ends batch=8,n=1000,k=10 [dist=ties] @", kMachine));
+}
+
+TEST_F(Keys, TheOpKeysACallByItsArguments) {
+  std::shared_ptr<const Op> topk = *registry_->GetOp("topk");
+  absl::StatusOr<Values> values = topk->ParseValues(Dims{{"k", 4}, {"n", 100}, {"batch", 3}});
+  ASSERT_TRUE(values.ok()) << values.status();
+  // Canonical: the op's dims in its order; largest at its default left out.
+  EXPECT_EQ(DimsString(topk->KeyDims(*values)), "batch=3,n=100,k=4");
+  values = topk->ParseValues(Dims{{"k", 4}, {"n", 100}, {"batch", 3}, {"largest", 0}});
+  ASSERT_TRUE(values.ok());
+  EXPECT_EQ(DimsString(topk->KeyDims(*values)), "batch=3,n=100,k=4,largest=0");
+  // Optional inputs present are part of the dtype signature.
+  ProblemOptions options;
+  options.with = {"row_ends"};
+  absl::StatusOr<std::unique_ptr<Problem>> p =
+      Problem::Make(topk, registry_->Reference("topk"), *values, options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->key().dtype, "f32+row_ends");
+  EXPECT_EQ(DimsString((*p)->key().dims), "batch=3,n=100,k=4,largest=0");
+  options.with = {"row_starts", "row_ends"};
+  options.dtypes = {{"", DType::kBF16}};
+  p = Problem::Make(topk, registry_->Reference("topk"), *values, options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->key().dtype, "bf16+row_starts+row_ends");
+}
 
 using Configs = WithRegistry;
 
@@ -244,7 +303,7 @@ TEST_F(Configs, EveryKernelsDefaultRoundTrips) {
   for (const auto& kernel : registry_->Kernels()) {
     Config config = kernel->DefaultConfig();
     tuning::Config proto = ToProtoConfig(*kernel, config);
-    EXPECT_EQ(proto.params_size(), static_cast<int>(kernel->num_params())) << kernel->name();
+    EXPECT_EQ(proto.params_size(), static_cast<int>(kernel->params().size())) << kernel->name();
     absl::StatusOr<Config> back = FromProtoConfig(*kernel, proto);
     ASSERT_TRUE(back.ok()) << kernel->name() << ": " << back.status();
     EXPECT_EQ(*back, config) << kernel->name();
@@ -317,38 +376,50 @@ TEST(Files, TextRoundTripAndFormatByContent) {
   }
 }
 
+// A table written by hand: dims in another order, and the default attribute
+// largest=1 spelled out.
+constexpr char kHandWritten[] = R"pb(
+  schema_version: 1
+  entries {
+    key {
+      op: "topk"
+      dtype: "f32"
+      dims { name: "k" value: 10 }
+      dims { name: "n" value: 1000 }
+      dims { name: "batch" value: 8 }
+      dims { name: "largest" value: 1 }
+      machine_id: "00000000deadbeef"
+    }
+    best {
+      variant: "sort"
+      variant_version: 1
+      status: OK
+      median_ns: 7
+      config { params { name: "method" choice: "partial_sort" } }
+    }
+  }
+)pb";
+
 TEST(Files, HandWrittenTextWithoutTrailerLoads) {
   std::string dir = TempDir("hand");
-  WriteBytes(dir + "/t.txtpb", R"pb(
-    schema_version: 1
-    entries {
-      key {
-        op: "topk"
-        dtype: "f32"
-        dims { name: "k" value: 10 }
-        dims { name: "n" value: 1000 }
-        dims { name: "batch" value: 8 }
-        dims { name: "largest" value: 1 }
-        machine_id: "00000000deadbeef"
-      }
-      best {
-        variant: "sort"
-        variant_version: 1
-        status: OK
-        median_ns: 7
-        config { params { name: "method" choice: "partial_sort" } }
-      }
-    }
-  )pb");
+  WriteBytes(dir + "/t.txtpb", kHandWritten);
   absl::StatusOr<TuningDb> db = TuningDb::Load(dir + "/t.txtpb");
   ASSERT_TRUE(db.ok()) << db.status();
-  // Dims are put in canonical order, the default attribute dropped; the slim
-  // entry's winner becomes its one known trial.
-  const tuning::Entry* e = db->FindEntry(Key(8, 1000, 10));
+  // The key is kept as written (a TuningDb knows no ops); the slim entry's
+  // winner becomes its one known trial.
+  const tuning::Entry* e = db->FindEntry(MakeProblemKey(
+      "topk", "f32", {{"k", 10}, {"n", 1000}, {"batch", 8}, {"largest", 1}}, kMachine));
   ASSERT_NE(e, nullptr);
-  EXPECT_EQ(KeyString(e->key()), absl::StrCat("topk f32 batch=8,n=1000,k=10 @", kMachine));
+  EXPECT_EQ(KeyString(e->key()),
+            absl::StrCat("topk f32 k=10,n=1000,batch=8,largest=1 @", kMachine));
   EXPECT_EQ(e->trials_size(), 1);
   EXPECT_EQ(e->best().median_ns(), 7);
+  // Dims in another order are the same key; without largest it is another
+  // (the Lut, which knows the op, treats them as one: Query.HandWritten...).
+  EXPECT_EQ(db->FindEntry(MakeProblemKey(
+                "topk", "f32", {{"batch", 8}, {"largest", 1}, {"n", 1000}, {"k", 10}}, kMachine)),
+            e);
+  EXPECT_EQ(db->FindEntry(Key(8, 1000, 10)), nullptr);
 }
 
 TEST(Files, MissingFileIsNotFound) {
@@ -551,10 +622,15 @@ TEST(Recording, WinnersFollowTheTrials) {
   EXPECT_EQ(found->median_ns(), 250);
   EXPECT_EQ(db.FindTrial(key, "radix", 2, shuffled), nullptr);  // another version
   EXPECT_EQ(db.FindTrial(Key(8, 1000, 11), "radix", 1, shuffled), nullptr);
-  // Keys given with dims in another order, or a default attribute, match.
-  tuning::ProblemKey reordered = MakeProblemKey(
-      "topk", DType::kF32, {{"k", 10}, {"largest", 1}, {"batch", 8}, {"n", 1000}}, kMachine);
+  // Keys given with dims in another order match; with a default attribute
+  // spelled out they are another key (a TuningDb knows no ops).
+  tuning::ProblemKey reordered =
+      MakeProblemKey("topk", "f32", {{"k", 10}, {"batch", 8}, {"n", 1000}}, kMachine);
   EXPECT_EQ(db.FindEntry(reordered), db.FindEntry(key));
+  tuning::ProblemKey with_default = MakeProblemKey(
+      "topk", "f32", {{"k", 10}, {"largest", 1}, {"batch", 8}, {"n", 1000}}, kMachine);
+  EXPECT_EQ(db.FindEntry(with_default), nullptr);
+  EXPECT_EQ(db.FindTrial(with_default, "radix", 1, shuffled), nullptr);
   // A failed re-measurement of the best demotes it.
   tuning::Trial crashed = Radix(10, 0);
   crashed.set_status(tuning::Trial::CRASHED);
@@ -644,7 +720,7 @@ TEST_F(Query, ExactHit) {
   EXPECT_THAT(lut->warnings(), IsEmpty());
   for (const Dims& dims : {Dims{{"batch", 8}, {"n", 1000}, {"k", 10}},
                            Dims{{"k", 10}, {"largest", 1}, {"n", 1000}, {"batch", 8}}}) {
-    absl::StatusOr<LutAnswer> a = lut->Query("topk", DType::kF32, dims, kMachine);
+    absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", dims, kMachine);
     ASSERT_TRUE(a.ok()) << a.status();
     EXPECT_EQ(a->match, Match::kExact);
     EXPECT_EQ(a->kernel->name(), "topk/sort");
@@ -664,7 +740,7 @@ TEST_F(Query, ExactLookupAllocatesNothing) {
   ASSERT_TRUE(lut.ok());
   const Dims dims = {{"batch", 8}, {"n", 1050}, {"k", 10}};
   const long before = g_allocations.load();
-  absl::StatusOr<LutAnswer> a = lut->Query("topk", DType::kF32, dims, kMachine);
+  absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", dims, kMachine);
   const long after = g_allocations.load();
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->match, Match::kExact);
@@ -679,64 +755,188 @@ TEST_F(Query, NearestIsTheCloserTunedShapeInLog2) {
   absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
   ASSERT_TRUE(lut.ok());
   absl::StatusOr<LutAnswer> a =
-      lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 20000}, {"k", 10}}, kMachine);
+      lut->Query("topk", "f32", {{"batch", 8}, {"n", 20000}, {"k", 10}}, kMachine);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->match, Match::kNearest);
   EXPECT_EQ(a->kernel->name(), "topk/radix");  // log2: 20000 is nearer 100000 than 1000
   EXPECT_EQ(a->kernel->ConfigString(*a->config), "first_bits=11 round_bits=8 capacity=4096");
   EXPECT_EQ(DimsString(*a->tuned_dims), "batch=8,n=100000,k=10");
   EXPECT_NEAR(a->distance, std::log2(100001.0) - std::log2(20001.0), 1e-4);
-  a = lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 5000}, {"k", 10}}, kMachine);
+  a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 5000}, {"k", 10}}, kMachine);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->kernel->name(), "topk/sort");
   EXPECT_NEAR(a->distance, std::log2(5001.0) - std::log2(1001.0), 1e-4);
   // Distance sums over dims.
-  a = lut->Query("topk", DType::kF32, {{"batch", 64}, {"n", 1000}, {"k", 10}}, kMachine);
+  a = lut->Query("topk", "f32", {{"batch", 64}, {"n", 1000}, {"k", 10}}, kMachine);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->kernel->name(), "topk/sort");
   EXPECT_NEAR(a->distance, std::log2(65.0) - std::log2(9.0), 1e-4);
-  // Another dtype, data class or dim set has nothing near: the default.
+  // Another dtype signature (another dtype, or optional inputs present), data
+  // class or dim set has nothing near: the default.
   for (auto [dtype, dims, data_class] :
-       {std::tuple{DType::kBF16, Dims{{"batch", 8}, {"n", 1000}, {"k", 10}}, ""},
-        std::tuple{DType::kF32, Dims{{"batch", 8}, {"n", 1000}, {"k", 10}}, "dist=ties"},
-        std::tuple{DType::kF32, Dims{{"batch", 8}, {"n", 1000}, {"k", 10}, {"largest", 0}}, ""}}) {
+       {std::tuple{"bf16", Dims{{"batch", 8}, {"n", 1000}, {"k", 10}}, ""},
+        std::tuple{"f32+row_ends", Dims{{"batch", 8}, {"n", 1000}, {"k", 10}}, ""},
+        std::tuple{"f32+row_starts+row_ends", Dims{{"batch", 8}, {"n", 1000}, {"k", 10}}, ""},
+        std::tuple{"f32", Dims{{"batch", 8}, {"n", 1000}, {"k", 10}}, "dist=ties"},
+        std::tuple{"f32", Dims{{"batch", 8}, {"n", 1000}, {"k", 10}, {"largest", 0}}, ""}}) {
     a = lut->Query("topk", dtype, dims, kMachine, data_class);
     ASSERT_TRUE(a.ok()) << a.status();
-    EXPECT_EQ(a->match, Match::kDefault) << DimsString(dims);
+    EXPECT_EQ(a->match, Match::kDefault) << dtype << " " << DimsString(dims);
   }
 }
 
 TEST_F(Query, DefaultWhenNothingIsTuned) {
   absl::StatusOr<Lut> lut = Lut::Build(TuningDb(), *registry_);
   ASSERT_TRUE(lut.ok());
+  EXPECT_EQ(lut->size(), 0u);
+  EXPECT_THAT(lut->warnings(), IsEmpty());
   absl::StatusOr<LutAnswer> a =
-      lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1000}, {"k", 10}}, ThisMachine().id());
+      lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}}, ThisMachine().id());
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->match, Match::kDefault);
   EXPECT_EQ(a->kernel->name(), "topk/radix");
   EXPECT_EQ(*a->config, a->kernel->DefaultConfig());
   EXPECT_EQ(a->tuned_dims, nullptr);
   EXPECT_EQ(a->trial, nullptr);
-  // A preference list picks another default; a variant whose default is
-  // illegal for the shape is passed over.
-  LutOptions options;
-  options.default_variants = {{"topk", {"tiled", "sort"}}};
-  lut = Lut::Build(TuningDb(), *registry_, options);
-  ASSERT_TRUE(lut.ok());
-  a = lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine);
-  ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->kernel->name(), "topk/tiled");  // default tile=4 <= 10
-  a = lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1000}, {"k", 2}}, kMachine);
-  ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->kernel->name(), "topk/sort");  // tile=4 > k=2
-  // Shapes no kernel takes, and ops nobody implements.
-  a = lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 10}, {"k", 11}}, kMachine);
+  EXPECT_EQ(a->distance, 0);
+  EXPECT_THAT(a->warnings, IsEmpty());
+  // Any dtype signature and attribute the op takes has a default too.
+  for (auto [dtype, dims] : {std::pair{"bf16", Dims{{"batch", 8}, {"n", 1000}, {"k", 10}}},
+                             std::pair{"f32+row_starts+row_ends", Dims{{"batch", 8}, {"n", 1000}, {"k", 10}}},
+                             std::pair{"f32", Dims{{"batch", 8}, {"n", 1000}, {"k", 10}, {"largest", 0}}},
+                             std::pair{"f32", Dims{{"batch", 8}, {"n", 1000}, {"k", 0}}}}) {
+    a = lut->Query("topk", dtype, dims, kMachine);
+    ASSERT_TRUE(a.ok()) << dtype << " " << DimsString(dims) << ": " << a.status();
+    EXPECT_EQ(a->kernel->name(), "topk/radix") << dtype << " " << DimsString(dims);
+  }
+  // Shapes no kernel takes, keys the op does not take, and ops nobody declares.
+  a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 10}, {"k", 11}}, kMachine);
   EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(a.status().message(), HasSubstr("k=11"));
-  a = lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 10}, {"q", 1}}, kMachine);
+  a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 10}, {"q", 1}}, kMachine);
   EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
-  a = lut->Query("gmm", DType::kF32, {{"m", 8}}, kMachine);
+  EXPECT_THAT(a.status().message(), HasSubstr("q"));
+  a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 10}}, kMachine);  // k missing
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 10}, {"k", 1}, {"largest", 2}}, kMachine);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  for (const char* dtype : {"f64", "i32", "", "f32+bogus", "f32+values", "f32,f32"}) {
+    a = lut->Query("topk", dtype, {{"batch", 8}, {"n", 10}, {"k", 1}}, kMachine);
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument) << "'" << dtype << "'";
+  }
+  a = lut->Query("gmm", "f32", {{"m", 8}}, kMachine);
   EXPECT_EQ(a.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(a.status().message(), HasSubstr("gmm"));
+}
+
+TEST_F(Query, DefaultsFollowTheOpsPreferredVariantsInOrder) {
+  // topk declares radix, then sort. Without that order the other kernels by
+  // name (topk/blockwise, topk/heap) would come first.
+  EXPECT_THAT(OpNamed("topk").default_variants(), ElementsAre("radix", "sort"));
+  absl::StatusOr<Lut> lut = Lut::Build(TuningDb(), *registry_);
+  ASSERT_TRUE(lut.ok());
+  for (int64_t n : {1, 100, 100000}) {
+    absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", {{"batch", 2}, {"n", n}, {"k", 1}}, kMachine);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->kernel->name(), "topk/radix") << n;
+  }
+  // A variant whose default configuration is illegal for the shape is passed
+  // over: axpy prefers blocked, whose default block=256 may not exceed n;
+  // below that the next kernel (here the reference) answers.
+  EXPECT_THAT(OpNamed("axpy").default_variants(), ElementsAre("blocked"));
+  absl::StatusOr<LutAnswer> a = lut->Query("axpy", "f32", {{"n", 256}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->kernel->name(), "axpy/blocked");
+  EXPECT_EQ(a->kernel->ConfigString(*a->config), "block=256 unroll=scalar prefetch=0");
+  a = lut->Query("axpy", "f32", {{"n", 255}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kDefault);
+  EXPECT_EQ(a->kernel->name(), "axpy/reference");
+}
+
+TEST_F(Query, HandWrittenKeyWithADefaultAttributeAnswersExactly) {
+  absl::StatusOr<TuningDb> db = TuningDb::Parse(kHandWritten, "hand.txtpb");
+  ASSERT_TRUE(db.ok()) << db.status();
+  absl::StatusOr<Lut> lut = Lut::Build(*db, *registry_);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+  EXPECT_EQ(lut->size(), 1u);
+  EXPECT_THAT(lut->warnings(), IsEmpty());
+  for (const Dims& dims : {Dims{{"batch", 8}, {"n", 1000}, {"k", 10}},
+                           Dims{{"k", 10}, {"n", 1000}, {"batch", 8}, {"largest", 1}}}) {
+    absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", dims, kMachine);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->match, Match::kExact) << DimsString(dims);
+    EXPECT_EQ(a->kernel->ConfigString(*a->config), "method=partial_sort");
+    EXPECT_EQ(DimsString(*a->tuned_dims), "batch=8,n=1000,k=10");  // canonical
+  }
+  // largest=0 is another problem.
+  absl::StatusOr<LutAnswer> a =
+      lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}, {"largest", 0}}, kMachine);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->match, Match::kDefault);
+}
+
+TEST_F(Query, RaggedKeysAreTheirOwnProblems) {
+  // Tuned with row_ends given: "f32+row_ends". The same dims without
+  // row_ends, or with row_starts too, are other problems.
+  TuningDb db;
+  db.AddTrial(MakeProblemKey("topk", "f32+row_ends", {{"batch", 8}, {"n", 1000}, {"k", 8}}, kMachine),
+              Sort("nth_element", 100));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+  EXPECT_EQ(lut->size(), 1u);
+  EXPECT_THAT(lut->warnings(), IsEmpty());
+  absl::StatusOr<LutAnswer> a =
+      lut->Query("topk", "f32+row_ends", {{"batch", 8}, {"n", 1000}, {"k", 8}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kExact);
+  EXPECT_EQ(a->kernel->name(), "topk/sort");
+  a = lut->Query("topk", "f32+row_ends", {{"batch", 8}, {"n", 2000}, {"k", 8}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kNearest);
+  for (const char* other : {"f32", "f32+row_starts", "f32+row_starts+row_ends", "bf16+row_ends"}) {
+    a = lut->Query("topk", other, {{"batch", 8}, {"n", 1000}, {"k", 8}}, kMachine);
+    ASSERT_TRUE(a.ok()) << other << ": " << a.status();
+    EXPECT_EQ(a->match, Match::kDefault) << other;
+  }
+}
+
+TEST_F(Query, EntriesTheRegistryCannotTakeAreReportedAndSkipped) {
+  TuningDb db;
+  db.AddTrial(MakeProblemKey("gmm", "f32", {{"m", 8}}, kMachine), MakeTrial("tiled", tuning::Config(), 1));
+  db.AddTrial(MakeProblemKey("gmm", "f32", {{"m", 9}}, kMachine), MakeTrial("tiled", tuning::Config(), 1));
+  db.AddTrial(MakeProblemKey("topk", "f64", {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine),
+              Sort("nth_element", 1));
+  db.AddTrial(MakeProblemKey("topk", "f32+bogus", {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine),
+              Sort("nth_element", 1));
+  db.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 100));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+  EXPECT_EQ(lut->size(), 1u);
+  EXPECT_THAT(lut->warnings(),
+              UnorderedElementsAre(AllOf(HasSubstr("topk f64 batch=8,n=1000,k=10"), HasSubstr("skipped")),
+                                   AllOf(HasSubstr("topk f32+bogus batch=8,n=1000,k=10"), HasSubstr("skipped")),
+                                   AllOf(HasSubstr("op 'gmm' is not registered"), HasSubstr("2 entries"))));
+  absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kExact);
+  EXPECT_EQ(lut->Query("gmm", "f32", {{"m", 8}}, kMachine).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(Query, AnEntryWithADimTheOpDoesNotTakeCannotAnswer) {
+  TuningDb db;
+  db.AddTrial(MakeProblemKey("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}, {"q", 1}}, kMachine),
+              Sort("nth_element", 1));
+  db.AddTrial(Key(8, 1000, 11), Sort("partial_sort", 100));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+  // It cannot answer, and the table says so.
+  EXPECT_EQ(lut->size(), 1u);
+  EXPECT_THAT(lut->warnings(), ::testing::Contains(::testing::HasSubstr("'q'")));
+  absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kNearest);
+  EXPECT_EQ(DimsString(*a->tuned_dims), "batch=8,n=1000,k=11");
 }
 
 TEST_F(Query, NearestSkipsAConfigIllegalForTheAskedShape) {
@@ -747,7 +947,7 @@ TEST_F(Query, NearestSkipsAConfigIllegalForTheAskedShape) {
   ASSERT_TRUE(lut.ok());
   EXPECT_EQ(lut->size(), 2u);
   absl::StatusOr<LutAnswer> a =
-      lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1000}, {"k", 12}}, kMachine);
+      lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 12}}, kMachine);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->match, Match::kNearest);
   EXPECT_EQ(a->kernel->name(), "topk/sort");
@@ -756,7 +956,7 @@ TEST_F(Query, NearestSkipsAConfigIllegalForTheAskedShape) {
               ElementsAre(AllOf(HasSubstr("batch=8,n=1000,k=16"), HasSubstr("topk/tiled tile=16"),
                                 HasSubstr("tile=16 exceeds k=12"))));
   // Where it is legal, the nearer entry answers.
-  a = lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1000}, {"k", 20}}, kMachine);
+  a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 20}}, kMachine);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->kernel->name(), "topk/tiled");
   EXPECT_THAT(a->warnings, IsEmpty());
@@ -770,7 +970,7 @@ TEST_F(Query, NearestSearchesPastManyIllegalEntries) {
   absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
   ASSERT_TRUE(lut.ok());
   absl::StatusOr<LutAnswer> a =
-      lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1010}, {"k", 32}}, kMachine);
+      lut->Query("topk", "f32", {{"batch", 8}, {"n", 1010}, {"k", 32}}, kMachine);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->kernel->name(), "topk/sort");
   EXPECT_THAT(a->warnings, SizeIs(20));
@@ -793,17 +993,17 @@ TEST_F(Query, StaleEntriesAreSkippedWithAWarning) {
                   AllOf(HasSubstr("batch=1,n=50,k=5"), HasSubstr("answering from topk/sort v1"))));
   // Exactly the stale key: not exact; the nearest current entry answers.
   absl::StatusOr<LutAnswer> a =
-      lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine);
+      lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->match, Match::kNearest);
   EXPECT_EQ(a->kernel->name(), "topk/radix");
   EXPECT_THAT(a->warnings, ElementsAre(HasSubstr("stale entry topk f32 batch=8,n=1000,k=10")));
   // Near the stale key: the same.
-  a = lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1100}, {"k", 10}}, kMachine);
+  a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 1100}, {"k", 10}}, kMachine);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->kernel->name(), "topk/radix");
   EXPECT_THAT(a->warnings, ElementsAre(HasSubstr("stale entry")));
-  a = lut->Query("topk", DType::kF32, {{"batch", 1}, {"n", 50}, {"k", 5}}, kMachine);
+  a = lut->Query("topk", "f32", {{"batch", 1}, {"n", 50}, {"k", 5}}, kMachine);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->match, Match::kExact);
   EXPECT_EQ(a->kernel->ConfigString(*a->config), "method=partial_sort");
@@ -818,7 +1018,7 @@ TEST_F(Query, UnregisteredVariantsAndBadConfigsAreSkipped) {
   ASSERT_TRUE(lut.ok());
   EXPECT_EQ(lut->size(), 1u);
   absl::StatusOr<LutAnswer> a =
-      lut->Query("topk", DType::kF32, {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine);
+      lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->match, Match::kNearest);
   EXPECT_EQ(DimsString(*a->tuned_dims), "batch=8,n=5000,k=10");
@@ -856,7 +1056,7 @@ TEST_F(Query, TenThousandEntriesFromALoadedFile) {
   }
   // Nearest agrees with a brute-force scan.
   for (int i = 0; i < 100; ++i) {
-    absl::StatusOr<LutAnswer> a = lut->Query("topk", DType::kF32, untuned[i], kMachine);
+    absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", untuned[i], kMachine);
     ASSERT_TRUE(a.ok());
     ASSERT_EQ(a->match, Match::kNearest);
     double best = 1e300;
@@ -871,15 +1071,302 @@ TEST_F(Query, TenThousandEntriesFromALoadedFile) {
   }
   // Every tuned shape answers exactly; untuned ones from the nearest.
   for (const Dims& q : tuned) {
-    absl::StatusOr<LutAnswer> a = lut->Query("topk", DType::kF32, q, kMachine);
+    absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", q, kMachine);
     ASSERT_TRUE(a.ok()) << DimsString(q);
     ASSERT_EQ(a->match, Match::kExact) << DimsString(q);
   }
   for (const Dims& q : untuned) {
-    absl::StatusOr<LutAnswer> a = lut->Query("topk", DType::kF32, q, kMachine);
+    absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", q, kMachine);
     ASSERT_TRUE(a.ok()) << DimsString(q);
     ASSERT_EQ(a->match, Match::kNearest) << DimsString(q);
   }
+}
+
+// ---- A second op, declared by a test plugin: axpy (out += alpha * x) -------------
+
+tuning::ProblemKey AxpyKey(int64_t n, absl::string_view data_class = {}, absl::string_view dtype = "f32") {
+  return MakeProblemKey("axpy", dtype, {{"n", n}}, kMachine, data_class);
+}
+
+tuning::Trial Blocked(int64_t block, double median_ns, const std::string& unroll = "scalar") {
+  tuning::Config c = Ints({{"block", block}});
+  tuning::ParamValue* u = c.add_params();
+  u->set_name("unroll");
+  u->set_choice(unroll);
+  tuning::ParamValue* p = c.add_params();
+  p->set_name("prefetch");
+  p->set_int_value(0);
+  return MakeTrial("blocked", std::move(c), median_ns);
+}
+
+class Axpy : public WithRegistry {
+ protected:
+  // The call out += alpha * x for n elements: x and out random (normal),
+  // unless `x` is given.
+  std::unique_ptr<Problem> Make(int64_t n, double alpha, const Tensor* x = nullptr) {
+    std::shared_ptr<const Op> op = *registry_->GetOp("axpy");
+    absl::StatusOr<Values> values =
+        op->ParseValues(NamedValues{{"n", absl::StrCat(n)}, {"alpha", absl::StrCat(alpha)}});
+    EXPECT_TRUE(values.ok()) << values.status();
+    if (!values.ok()) return nullptr;
+    ProblemOptions options;
+    options.seed = static_cast<uint64_t>(n);
+    if (x != nullptr) options.inputs["x"] = *x;
+    absl::StatusOr<std::unique_ptr<Problem>> p =
+        Problem::Make(op, registry_->Reference("axpy"), *values, options);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *std::move(p) : nullptr;
+  }
+
+  // Checks out == out0 + alpha * x, by the op's reference (CheckOutputs) and
+  // by hand.
+  static void ExpectAxpy(const Problem& p, double alpha) {
+    EXPECT_TRUE(p.CheckOutputs().ok()) << p.CheckOutputs();
+    const Tensor* x = nullptr;
+    const Tensor* out0 = nullptr;
+    for (const auto& [name, t] : p.inputs()) (name == "x" ? x : out0) = t;
+    const Tensor* out = p.outputs().at(0).second;
+    ASSERT_EQ(p.outputs().at(0).first, "out");
+    ASSERT_NE(x, nullptr);
+    ASSERT_NE(out0, nullptr);
+    ASSERT_EQ(out->numel(), x->numel());
+    int wrong = 0;
+    for (int64_t i = 0; i < out->numel(); ++i) {
+      const double want = out0->data_as<float>()[i] + alpha * x->data_as<float>()[i];
+      const double got = out->data_as<float>()[i];
+      if (std::fabs(got - want) > 1e-6 + 1e-5 * std::fabs(want) && ++wrong <= 3) {
+        ADD_FAILURE() << "out[" << i << "] = " << got << ", want " << want;
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+  }
+};
+
+TEST_F(Axpy, QueryAnswersExactNearestAndDefault) {
+  TuningDb db;
+  db.AddTrial(AxpyKey(1000), Blocked(64, 100));
+  db.AddTrial(AxpyKey(1000), Blocked(128, 150));
+  db.AddTrial(AxpyKey(100000), Blocked(4096, 9000));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+  EXPECT_EQ(lut->size(), 2u);
+  EXPECT_THAT(lut->warnings(), IsEmpty());
+  absl::StatusOr<LutAnswer> a = lut->Query("axpy", "f32", {{"n", 1000}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kExact);
+  EXPECT_EQ(a->kernel->name(), "axpy/blocked");
+  EXPECT_EQ(a->kernel->ConfigString(*a->config), "block=64 unroll=scalar prefetch=0");
+  EXPECT_EQ(a->trial->median_ns(), 100);
+  EXPECT_EQ(DimsString(*a->tuned_dims), "n=1000");
+  // Nearest in log2.
+  a = lut->Query("axpy", "f32", {{"n", 5000}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kNearest);
+  EXPECT_EQ(a->kernel->ConfigString(*a->config), "block=64 unroll=scalar prefetch=0");
+  EXPECT_NEAR(a->distance, std::log2(5001.0) - std::log2(1001.0), 1e-4);
+  a = lut->Query("axpy", "f32", {{"n", 50000}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kNearest);
+  EXPECT_EQ(DimsString(*a->tuned_dims), "n=100000");
+  EXPECT_EQ(a->kernel->ConfigString(*a->config), "block=4096 unroll=scalar prefetch=0");
+  a = lut->Query("axpy", "f32", {{"n", 4000}}, kMachine);  // nearer 1000 than 100000
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(DimsString(*a->tuned_dims), "n=1000");
+  // Another dtype signature: the op's default variant, its default config.
+  a = lut->Query("axpy", "bf16", {{"n", 1000}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kDefault);
+  EXPECT_EQ(a->kernel->name(), "axpy/blocked");
+  EXPECT_EQ(*a->config, a->kernel->DefaultConfig());
+  // Keys axpy does not take.
+  EXPECT_EQ(lut->Query("axpy", "i32", {{"n", 1000}}, kMachine).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(lut->Query("axpy", "f32", {{"m", 1000}}, kMachine).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(Axpy, NearestPassesOverABlockLargerThanTheAskedN) {
+  TuningDb db;
+  db.AddTrial(AxpyKey(600), Blocked(512, 100));
+  db.AddTrial(AxpyKey(100), Blocked(16, 100));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+  ASSERT_EQ(lut->size(), 2u);
+  // n=400 is nearest 600, whose block 512 exceeds 400: the n=100 entry answers.
+  absl::StatusOr<LutAnswer> a = lut->Query("axpy", "f32", {{"n", 400}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kNearest);
+  EXPECT_EQ(DimsString(*a->tuned_dims), "n=100");
+  EXPECT_EQ(a->kernel->ConfigString(*a->config), "block=16 unroll=scalar prefetch=0");
+  EXPECT_THAT(a->warnings, ElementsAre(AllOf(HasSubstr("axpy f32 n=600"), HasSubstr("block=512"))));
+}
+
+TEST_F(Axpy, DispatcherRunsATableEntryAndTheDefault) {
+  TuningDb db;
+  db.AddTrial(AxpyKey(1000), Blocked(64, 100));
+  absl::StatusOr<Dispatcher> dispatcher = Dispatcher::Create(*registry_, db, kMachine);
+  ASSERT_TRUE(dispatcher.ok()) << dispatcher.status();
+  EXPECT_EQ(dispatcher->machine_id(), kMachine);
+  ASSERT_NE(dispatcher->FindOp("axpy"), nullptr);
+  for (auto [n, match, config] :
+       {std::tuple{int64_t{1000}, Match::kExact, "block=64 unroll=scalar prefetch=0"},
+        std::tuple{int64_t{1500}, Match::kNearest, "block=64 unroll=scalar prefetch=0"},
+        std::tuple{int64_t{40}, Match::kDefault, ""}}) {
+    SCOPED_TRACE(n);
+    std::unique_ptr<Problem> p = Make(n, 0.5);
+    ASSERT_NE(p, nullptr);
+    absl::StatusOr<DispatchResult> ran = dispatcher->Run("axpy", *p->args());
+    ASSERT_TRUE(ran.ok()) << ran.status();
+    EXPECT_EQ(ran->match, match);
+    EXPECT_EQ(ran->data_class, "");  // dense x
+    if (match == Match::kDefault) {
+      // The entry's block=64 and blocked's default block=256 exceed n=40:
+      // the reference answers.
+      EXPECT_EQ(ran->kernel, "axpy/reference");
+      EXPECT_EQ(ran->config, "");
+    } else {
+      EXPECT_EQ(ran->kernel, "axpy/blocked");
+      EXPECT_EQ(ran->config, config);
+    }
+    ExpectAxpy(*p, 0.5);
+  }
+  // With nothing tuned: the op's default variant, run, the same result.
+  absl::StatusOr<Dispatcher> untuned = Dispatcher::Create(*registry_, TuningDb());
+  ASSERT_TRUE(untuned.ok()) << untuned.status();
+  EXPECT_EQ(untuned->machine_id(), ThisMachine().id());
+  std::unique_ptr<Problem> p = Make(3000, -2);
+  ASSERT_NE(p, nullptr);
+  absl::StatusOr<DispatchResult> ran = untuned->Run("axpy", *p->args());
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_EQ(ran->match, Match::kDefault);
+  EXPECT_EQ(ran->kernel, "axpy/blocked");
+  EXPECT_EQ(ran->config, "block=256 unroll=scalar prefetch=0");
+  ExpectAxpy(*p, -2);
+  // Running again accumulates again (out is in-out).
+  ASSERT_TRUE(untuned->Run("axpy", *p->args()).ok());
+  EXPECT_FALSE(p->CheckOutputs().ok());
+  p->RestoreInOut();
+  ASSERT_TRUE(untuned->Run("axpy", *p->args()).ok());
+  ExpectAxpy(*p, -2);
+}
+
+TEST_F(Axpy, DispatcherRefusesUnknownOpsAndBadArguments) {
+  absl::StatusOr<Dispatcher> dispatcher = Dispatcher::Create(*registry_, TuningDb(), kMachine);
+  ASSERT_TRUE(dispatcher.ok());
+  std::unique_ptr<Problem> p = Make(100, 1);
+  ASSERT_NE(p, nullptr);
+  absl::StatusOr<DispatchResult> ran = dispatcher->Run("gmm", *p->args());
+  EXPECT_EQ(ran.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(ran.status().message(), AllOf(HasSubstr("gmm"), HasSubstr("axpy"), HasSubstr("topk")));
+  EXPECT_EQ(dispatcher->FindOp("gmm"), nullptr);
+  // axpy's arguments are not topk's.
+  ran = dispatcher->Run("topk", *p->args());
+  EXPECT_EQ(ran.status().code(), absl::StatusCode::kInvalidArgument);
+  // Nor is an n the tensors do not have.
+  kreg_args args = *p->args();
+  const int64_t wrong_n = 99;
+  args.dims = &wrong_n;
+  ran = dispatcher->Run("axpy", args);
+  EXPECT_EQ(ran.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// x of n elements, the first `zeros` of every 10 exactly 0, the rest 1..9.
+Tensor SparseX(int64_t n, int zeros) {
+  Tensor x(DType::kF32, {n});
+  for (int64_t i = 0; i < n; ++i) x.data_as<float>()[i] = i % 10 < zeros ? 0.0f : static_cast<float>(i % 10);
+  return x;
+}
+
+TEST_F(Axpy, DispatcherAsksTheOpsDataClassPerCall) {
+  // Tuned for sparse x only (axpy's classifier: more than half of x exactly 0).
+  TuningDb db;
+  db.AddTrial(AxpyKey(1000, "sparse"), Blocked(32, 100));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok());
+  absl::StatusOr<LutAnswer> a = lut->Query("axpy", "f32", {{"n", 1000}}, kMachine, "sparse");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kExact);
+  a = lut->Query("axpy", "f32", {{"n", 1000}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kDefault);
+
+  absl::StatusOr<Dispatcher> dispatcher = Dispatcher::Create(*registry_, db, kMachine);
+  ASSERT_TRUE(dispatcher.ok()) << dispatcher.status();
+  const Tensor sparse_x = SparseX(1000, 6), half_x = SparseX(1000, 5);
+  std::unique_ptr<Problem> sparse = Make(1000, 3, &sparse_x);
+  std::unique_ptr<Problem> half = Make(1000, 3, &half_x);  // exactly half: not sparse
+  std::unique_ptr<Problem> dense = Make(1000, 3);
+  ASSERT_TRUE(sparse && half && dense);
+  // The same shape, one Dispatcher, the class asked per call: sparse,
+  // dense, sparse again.
+  for (Problem* p : {sparse.get(), half.get(), dense.get(), sparse.get()}) {
+    p->RestoreInOut();
+    absl::StatusOr<DispatchResult> ran = dispatcher->Run("axpy", *p->args());
+    ASSERT_TRUE(ran.ok()) << ran.status();
+    if (p == sparse.get()) {
+      EXPECT_EQ(ran->data_class, "sparse");
+      EXPECT_EQ(ran->match, Match::kExact);
+      EXPECT_EQ(ran->config, "block=32 unroll=scalar prefetch=0");
+    } else {
+      EXPECT_EQ(ran->data_class, "");
+      EXPECT_EQ(ran->match, Match::kDefault);
+      EXPECT_EQ(ran->config, "block=256 unroll=scalar prefetch=0");
+    }
+    EXPECT_EQ(ran->kernel, "axpy/blocked");
+    ExpectAxpy(*p, 3);
+  }
+  // A data class given to Create is used for every call instead.
+  absl::StatusOr<Dispatcher> forced = Dispatcher::Create(*registry_, db, kMachine, "sparse");
+  ASSERT_TRUE(forced.ok());
+  dense->RestoreInOut();
+  absl::StatusOr<DispatchResult> ran = forced->Run("axpy", *dense->args());
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_EQ(ran->data_class, "sparse");
+  EXPECT_EQ(ran->match, Match::kExact);
+  ExpectAxpy(*dense, 3);
+}
+
+// ---- topk through the typed front (kreg/topk.h) -------------------------------------
+
+TEST_F(Query, TypedTopKDispatchKeysRowEndsIntoTheSignature) {
+  // Tuned with row_ends; dispatched with and without them.
+  TuningDb db;
+  db.AddTrial(MakeProblemKey("topk", "f32+row_ends", {{"batch", 4}, {"n", 500}, {"k", 8}}, kMachine),
+              Sort("nth_element", 100));
+  absl::StatusOr<Dispatcher> dispatcher = Dispatcher::Create(*registry_, db, kMachine);
+  ASSERT_TRUE(dispatcher.ok()) << dispatcher.status();
+  Tensor input(DType::kF32, {4, 500});
+  FillRandom(input, Dist::kNormal, 3);
+  Tensor ends(DType::kI32, {4});
+  for (int r = 0; r < 4; ++r) ends.data_as<int32_t>()[r] = 100 * (r + 1);
+  TopKOptions options;
+  options.row_ends = &ends;
+  DispatchResult how;
+  absl::StatusOr<TopKResult> got = TopK(*dispatcher, input, 8, options, &how);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(how.match, Match::kExact);
+  EXPECT_EQ(how.kernel, "topk/sort");
+  EXPECT_EQ(how.config, "method=nth_element");
+  // The same as the reference kernel, and within each row's range.
+  std::shared_ptr<const Kernel> reference = registry_->Reference("topk");
+  ASSERT_NE(reference, nullptr);
+  absl::StatusOr<TopKResult> want = TopK(*reference, reference->DefaultConfig(), input, 8, options);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_EQ(got->indices.nbytes(), want->indices.nbytes());
+  EXPECT_EQ(std::memcmp(got->indices.data(), want->indices.data(), want->indices.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(got->values.data(), want->values.data(), want->values.nbytes()), 0);
+  for (int r = 0; r < 4; ++r) {
+    for (int j = 0; j < 8; ++j) EXPECT_LT(got->indices.data_as<int32_t>()[r * 8 + j], 100 * (r + 1));
+  }
+  // Without row_ends: another key, the default.
+  got = TopK(*dispatcher, input, 8, {}, &how);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(how.match, Match::kDefault);
+  EXPECT_EQ(how.kernel, "topk/radix");
+  // Bad arguments come back as errors.
+  EXPECT_EQ(TopK(*dispatcher, input, 501).status().code(), absl::StatusCode::kInvalidArgument);
+  for (int r = 0; r < 4; ++r) ends.data_as<int32_t>()[r] = 501;
+  EXPECT_EQ(TopK(*dispatcher, input, 8, options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,43 +1,94 @@
 // A topk variant for the LUT tests whose legality depends on the shape:
-// `tile` must not exceed k. It never runs (the LUT only asks legality).
+// `tile` must not exceed k. It never runs (the LUT only asks legality). It
+// implements op "topk", declared by the topk plugin; this plugin declares no op.
+#include <cstdint>
 #include <cstdio>
 
 #include "kreg/plugin_abi.h"
 
 namespace {
 
+// topk's dims, in the op's order.
+enum { kDimBatch = 0, kDimN = 1, kDimK = 2, kNumTopkDims = 3 };
+
 const int64_t kTiles[] = {4, 16, 64, 256};
 
-const kreg_param_desc kParams[] = {
-    {sizeof(kreg_param_desc), "tile", "columns per tile; at most k", KREG_PARAM_INT, kTiles, 4,
-     nullptr, 0, 4, nullptr, 0},
+const kreg_param_desc kTileParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "tile",
+    .doc = "columns per tile; at most k",
+    .kind = KREG_PARAM_INT,
+    .values = kTiles,
+    .num_values = 4,
+    .choices = nullptr,
+    .num_choices = 0,
+    .default_value = 4,
+    .default_list = nullptr,
+    .default_list_len = 0,
+    .choice_isa = nullptr,
+    .values_kind = KREG_VALUES_LISTED,
+    .lo = 0,
+    .hi = 0,
+    .step = 0,
+    .cap_dim = nullptr,
+    .when_param = nullptr,
+    .when_values = nullptr,
+    .num_when_values = 0,
 };
+const kreg_param_desc* const kParams[] = {&kTileParam};
 
-kreg_status Check(const kreg_config* config, const void* args, char* msg, size_t cap) {
-  const auto& a = *static_cast<const kreg_topk_args*>(args);
-  if (config->values[0].value > a.k) {
-    std::snprintf(msg, cap, "tile=%lld exceeds k=%lld",
-                  static_cast<long long>(config->values[0].value), static_cast<long long>(a.k));
+// Sees shapes only: k is a dim.
+kreg_status Check(const kreg_config* config, const kreg_args* args, const kreg_host*, char* msg, size_t cap) {
+  if (config->num_values < 1 || args->num_dims < kNumTopkDims) {
+    std::snprintf(msg, cap, "topk/tiled: expected one parameter and topk's dims batch, n, k");
+    return KREG_INVALID_ARGUMENT;
+  }
+  const int64_t tile = config->values[0]->value;
+  const int64_t k = args->dims[kDimK];
+  if (tile > k) {
+    std::snprintf(msg, cap, "tile=%lld exceeds k=%lld", static_cast<long long>(tile), static_cast<long long>(k));
     return KREG_INVALID_ARGUMENT;
   }
   return KREG_OK;
 }
 
-kreg_status Run(const kreg_config*, const void*, void*, size_t, const kreg_host*, char* msg,
+kreg_status Run(const kreg_config*, const kreg_args*, void*, void*, size_t, const kreg_host*, char* msg,
                 size_t cap) {
   std::snprintf(msg, cap, "topk/tiled is a test fake and does not run");
   return KREG_UNIMPLEMENTED;
 }
 
-const kreg_kernel kKernels[] = {
-    {sizeof(kreg_kernel), "topk", "tiled", 1, "a fake whose tile must not exceed k", 0, kParams, 1,
-     Check, nullptr, Run},
+const kreg_kernel kTiledKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "topk",
+    .variant = "tiled",
+    .version = 1,
+    .doc = "a fake whose tile must not exceed k",
+    .required_isa = 0,
+    .flags = 0,
+    .params = kParams,
+    .num_params = 1,
+    .check = Check,
+    .workspace_bytes = nullptr,
+    .run = Run,
+    .prepare = nullptr,
+    .release = nullptr,
 };
+const kreg_kernel* const kKernels[] = {&kTiledKernel};
 
 const kreg_plugin kPlugin = {
-    sizeof(kreg_plugin), KREG_ABI_VERSION, "lut_test", "0.1", kKernels, 1,
+    .struct_size = sizeof(kreg_plugin),
+    .abi_version = KREG_ABI_VERSION,
+    .name = "lut_test",
+    .version = "0.1",
+    .ops = nullptr,
+    .num_ops = 0,
+    .kernels = kKernels,
+    .num_kernels = 1,
+    .init = nullptr,
+    .fini = nullptr,
 };
 
 }  // namespace
 
-extern "C" KREG_PLUGIN_EXPORT const kreg_plugin* kreg_plugin_v1(void) { return &kPlugin; }
+extern "C" KREG_PLUGIN_EXPORT const kreg_plugin* kreg_plugin_v2(void) { return &kPlugin; }

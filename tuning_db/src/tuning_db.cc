@@ -73,18 +73,6 @@ std::string KeyId(const tuning::ProblemKey& key) {
                       key.machine_id(), "\x1f", key.data_class());
 }
 
-// `key` with canonical dims (CanonicalDims).
-tuning::ProblemKey CanonicalKey(const tuning::ProblemKey& key) {
-  tuning::ProblemKey out = key;
-  out.clear_dims();
-  for (const auto& [name, value] : CanonicalDims(key.op(), KeyDims(key))) {
-    tuning::Dim* d = out.add_dims();
-    d->set_name(name);
-    d->set_value(value);
-  }
-  return out;
-}
-
 std::string ConfigId(const tuning::Config& config) {
   std::vector<std::string> params;
   for (const tuning::ParamValue& p : config.params()) {
@@ -182,10 +170,9 @@ const tuning::Machine& ThisMachine() {
 
 // ---- Keys and configurations --------------------------------------------------
 
-Dims CanonicalDims(absl::string_view op, const Dims& dims) {
-  const OpInfo* info = FindOp(op);
-  if (info == nullptr) return dims;
+Dims CanonicalDims(const Op& op, const Dims& dims) {
   Dims out;
+  out.reserve(dims.size());
   std::vector<bool> used(dims.size());
   auto take = [&](absl::string_view name, const int64_t* default_value) {
     for (size_t i = 0; i < dims.size(); ++i) {
@@ -195,20 +182,22 @@ Dims CanonicalDims(absl::string_view op, const Dims& dims) {
       return;
     }
   };
-  for (absl::string_view name : info->dim_names) take(name, nullptr);
-  for (const auto& [name, value] : info->attributes) take(name, &value);
+  for (const DimInfo& d : op.dims()) take(d.name, nullptr);
+  for (const AttrInfo& a : op.attrs()) {
+    if (!a.is_float) take(a.name, &a.default_value.i);
+  }
   for (size_t i = 0; i < dims.size(); ++i) {
     if (!used[i]) out.push_back(dims[i]);
   }
   return out;
 }
 
-tuning::ProblemKey MakeProblemKey(absl::string_view op, DType dtype, const Dims& dims,
+tuning::ProblemKey MakeProblemKey(absl::string_view op, absl::string_view dtype, const Dims& dims,
                                   absl::string_view machine_id, absl::string_view data_class) {
   tuning::ProblemKey key;
   key.set_op(std::string(op));
-  key.set_dtype(std::string(DTypeName(dtype)));
-  for (const auto& [name, value] : CanonicalDims(op, dims)) {
+  key.set_dtype(std::string(dtype));
+  for (const auto& [name, value] : dims) {
     tuning::Dim* d = key.add_dims();
     d->set_name(name);
     d->set_value(value);
@@ -216,6 +205,11 @@ tuning::ProblemKey MakeProblemKey(absl::string_view op, DType dtype, const Dims&
   key.set_machine_id(std::string(machine_id));
   key.set_data_class(std::string(data_class));
   return key;
+}
+
+tuning::ProblemKey MakeProblemKey(absl::string_view op, const OpKey& key,
+                                  absl::string_view machine_id, absl::string_view data_class) {
+  return MakeProblemKey(op, key.dtype, key.dims, machine_id, data_class);
 }
 
 Dims KeyDims(const tuning::ProblemKey& key) {
@@ -233,8 +227,9 @@ std::string KeyString(const tuning::ProblemKey& key) {
 
 tuning::Config ToProtoConfig(const Kernel& kernel, const Config& config) {
   tuning::Config out;
-  for (size_t i = 0; i < kernel.num_params() && i < config.values().size(); ++i) {
-    const kreg_param_desc& p = kernel.param(i);
+  const ParamSpace& params = kernel.params();
+  for (size_t i = 0; i < params.size() && i < config.values().size(); ++i) {
+    const ParamInfo& p = params[i];
     const ParamValue& v = config.values()[i];
     tuning::ParamValue* pv = out.add_params();
     pv->set_name(p.name);
@@ -242,8 +237,8 @@ tuning::Config ToProtoConfig(const Kernel& kernel, const Config& config) {
       pv->set_int_value(v.value);
     } else if (p.kind == KREG_PARAM_INT_LIST) {
       pv->mutable_list_value()->mutable_values()->Add(v.list.begin(), v.list.end());
-    } else if (v.value >= 0 && static_cast<size_t>(v.value) < p.num_choices) {
-      pv->set_choice(p.choices[v.value]);
+    } else if (v.value >= 0 && static_cast<size_t>(v.value) < p.choices.size()) {
+      pv->set_choice(p.choices[static_cast<size_t>(v.value)]);
     } else {
       pv->set_choice(absl::StrCat("#", v.value));  // not a choice: refused on the way back
     }
@@ -252,50 +247,43 @@ tuning::Config ToProtoConfig(const Kernel& kernel, const Config& config) {
 }
 
 absl::StatusOr<Config> FromProtoConfig(const Kernel& kernel, const tuning::Config& config) {
-  std::vector<ParamValue> values(kernel.num_params());
-  std::vector<bool> seen(kernel.num_params());
+  const ParamSpace& params = kernel.params();
+  std::vector<ParamValue> values(params.size());
+  std::vector<bool> seen(params.size());
   for (const tuning::ParamValue& pv : config.params()) {
     auto bad = [&](absl::string_view why) {
       return absl::InvalidArgumentError(
           absl::StrCat("parameter '", pv.name(), "' of ", kernel.name(), ": ", why));
     };
-    int i = kernel.FindParam(pv.name());
+    const int i = params.Find(pv.name());
     if (i < 0) return bad("no such parameter");
     if (seen[i]) return bad("given twice");
     seen[i] = true;
-    const kreg_param_desc& p = kernel.param(i);
-    auto legal = [&](int64_t x) {
-      return std::find(p.values, p.values + p.num_values, x) != p.values + p.num_values;
-    };
+    const ParamInfo& p = params[i];
     ParamValue& v = values[i];
+    // The form of the value only; what values are legal is Validate's.
     if (p.kind == KREG_PARAM_INT) {
       if (pv.value_case() != tuning::ParamValue::kIntValue) return bad("expected an integer");
-      if (!legal(pv.int_value())) return bad(absl::StrCat(pv.int_value(), " is not a legal value"));
       v.value = pv.int_value();
     } else if (p.kind == KREG_PARAM_INT_LIST) {
       if (pv.value_case() != tuning::ParamValue::kListValue) return bad("expected an integer list");
-      for (int64_t x : pv.list_value().values()) {
-        if (!legal(x)) return bad(absl::StrCat(x, " is not a legal element"));
-        if (!v.list.empty() && x <= v.list.back()) return bad("the list must be increasing");
-        v.list.push_back(x);
-      }
+      v.list.assign(pv.list_value().values().begin(), pv.list_value().values().end());
     } else {
       if (pv.value_case() != tuning::ParamValue::kChoice) return bad("expected a choice name");
-      auto it = std::find_if(p.choices, p.choices + p.num_choices,
-                             [&](const char* c) { return pv.choice() == c; });
-      if (it == p.choices + p.num_choices) {
-        return bad(absl::StrCat("'", pv.choice(), "' is not a choice"));
-      }
-      v.value = it - p.choices;
+      auto it = std::find(p.choices.begin(), p.choices.end(), pv.choice());
+      if (it == p.choices.end()) return bad(absl::StrCat("'", pv.choice(), "' is not a choice"));
+      v.value = it - p.choices.begin();
     }
   }
   for (size_t i = 0; i < seen.size(); ++i) {
     if (!seen[i]) {
       return absl::InvalidArgumentError(
-          absl::StrCat("parameter '", kernel.param(i).name, "' of ", kernel.name(), " is missing"));
+          absl::StrCat("parameter '", params[i].name, "' of ", kernel.name(), " is missing"));
     }
   }
-  return Config(std::move(values));
+  Config out(std::move(values));
+  if (absl::Status s = params.Validate(out, kernel.name(), CpuIsa()); !s.ok()) return s;
+  return out;
 }
 
 std::string ConfigText(const tuning::Config& config) {
@@ -448,10 +436,9 @@ void TuningDb::AddMachine(tuning::Machine machine) {
 }
 
 int TuningDb::FindOrAddEntry(const tuning::ProblemKey& key) {
-  tuning::ProblemKey canonical = CanonicalKey(key);
-  auto [it, added] = entries_.try_emplace(KeyId(canonical), db_.entries_size());
+  auto [it, added] = entries_.try_emplace(KeyId(key), db_.entries_size());
   if (added) {
-    *db_.add_entries()->mutable_key() = std::move(canonical);
+    *db_.add_entries()->mutable_key() = key;
     index_.emplace_back();
     db_.set_entry_count(static_cast<uint64_t>(db_.entries_size()));
   }
@@ -459,7 +446,7 @@ int TuningDb::FindOrAddEntry(const tuning::ProblemKey& key) {
 }
 
 int TuningDb::FindEntryIndex(const tuning::ProblemKey& key) const {
-  auto it = entries_.find(KeyId(CanonicalKey(key)));
+  auto it = entries_.find(KeyId(key));
   return it == entries_.end() ? -1 : it->second;
 }
 

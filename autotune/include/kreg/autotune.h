@@ -30,10 +30,11 @@ struct SpaceOptions {
   int max_list_len = 2;
 };
 
-// Every configuration of `kernel` that its legality check accepts for
-// `args` (checked in parallel), in a stable order, the default first when
-// legal.
-std::vector<Config> EnumerateSpace(const Kernel& kernel, const void* args, const SpaceOptions& options = {});
+// Every configuration of `kernel` (ParamSpace::Enumerate) that its legality
+// check accepts for `args` (checked in parallel), in a stable order, the
+// default first when legal.
+std::vector<Config> EnumerateSpace(const Kernel& kernel, const kreg_args& args,
+                                   const SpaceOptions& options = {});
 
 enum class TrialStatus { kOk, kWrongResult, kCrashed, kTimedOut, kIllegal, kError };
 absl::string_view TrialStatusName(TrialStatus status);  // "ok", "wrong_result", ...

@@ -33,7 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "kreg/autotune.h"
-#include "kreg/ops.h"
+#include "kreg/problem.h"
 
 namespace kreg {
 
@@ -41,9 +41,12 @@ namespace kreg {
 // and the plugin files the parent loaded.
 struct WorkerJob {
   std::string op;
-  DType dtype = DType::kF32;
-  Dims dims;
+  NamedValues values;  // dims and attributes
+  // Dtypes by tensor name ("" for every tensor that allows it).
+  std::vector<std::pair<std::string, std::string>> dtypes;
+  std::vector<std::string> with;  // optional inputs to generate
   Dist dist = Dist::kNormal;
+  Partition partition = Partition::kRandom;
   uint64_t seed = 1;
   std::vector<std::pair<std::string, std::string>> input_files;  // name -> .npy
   std::vector<std::string> plugins;                                // files
@@ -51,6 +54,8 @@ struct WorkerJob {
   int threads = 0;                  // 0: all cores
   double max_seconds_per_run = 5;  // stop repeating a candidate after this
   std::string Serialize() const;
+  // The ProblemOptions it describes (reading the input files).
+  absl::StatusOr<ProblemOptions> Options() const;
   static absl::StatusOr<WorkerJob> Parse(absl::string_view line);
 };
 

@@ -1,52 +1,87 @@
-/* kreg plugin ABI, version 1.
+/* kreg plugin ABI, version 2.
  *
  * A kreg plugin is a shared object that exports one C symbol,
  *
- *     const kreg_plugin* kreg_plugin_v1(void);
+ *     const kreg_plugin* kreg_plugin_v2(void);
  *
- * returning a static table that describes the plugin and its kernels. The
- * host probes the newest entry symbol it knows first and older ones after it
- * (today there is only v1).
+ * returning a static table: the plugin's name and version, the ops it
+ * declares (if any) and the kernels it implements. An op is data: its named
+ * tensors, dims and attributes (kreg_op_desc); the host derives validation,
+ * random inputs, tuning keys, shape-only arguments and the command line from
+ * it. A kernel implements one op; the kernel flagged KREG_KERNEL_REFERENCE is
+ * that op's oracle. A plugin may declare ops only, kernels only (of ops other
+ * plugins declare), or both.
+ *
+ * The host looks for kreg_plugin_v2 and refuses, naming the version, a
+ * plugin that exports only another kreg_plugin_vN (N != 2) or whose table
+ * says another abi_version.
  *
  * Rules
  * -----
  * Structs.      Every struct starts with `size_t struct_size`, set by whoever
  *               fills it in to sizeof() of the struct it was compiled with.
- *               Fields are only ever appended; a reader reads a field only if
- *               struct_size says it is there. No C++ or Abseil type crosses
- *               this boundary.
+ *               Fields are only ever appended. A reader reads a field only if
+ *               struct_size covers it (KREG_HAS_FIELD); a field not covered
+ *               reads as zero / NULL. Each struct has a frozen minimum size
+ *               (KREG_*_MIN_SIZE: its mandatory fields); smaller is refused,
+ *               and every field past it is optional, zero meaning "none"
+ *               (so C++ designated initialisers may leave them out; the
+ *               build's kreg_add_plugin() turns off the warning for that).
+ *               The host passes a complete kreg_host of its own version:
+ *               read its fields past KREG_HOST_MIN_SIZE with KREG_HAS_FIELD.
+ *               Arrays of structs are arrays of pointers, so a struct may
+ *               grow without changing any stride. kreg_scalar is a union of
+ *               two 8-byte scalars and never changes. No C++ or Abseil type
+ *               crosses this boundary.
  * Ownership.    Everything reachable from the table returned by the entry
- *               symbol is owned by the plugin, is immutable, and lives until
- *               the host dlclose()s the plugin. The host never frees it.
- *               Argument structs, tensors, configs, workspaces and the host
- *               table passed into a call are owned by the host and are valid
- *               only for the duration of that call. Plugins must not keep
- *               pointers to them.
- * Tensors.      DLPack DLTensor (dlpack 0.6). Only kDLCPU tensors are passed
- *               today. `strides` may be NULL (compact row-major); otherwise
- *               it is in elements. Honour `byte_offset`.
+ *               symbol is owned by the plugin, immutable, and lives until the
+ *               host calls `fini` and dlclose()s the plugin. Argument
+ *               structs, tensors, configs, workspaces and the host table
+ *               passed into a call are owned by the host and valid only for
+ *               that call. A kernel's prepared state is owned by the kernel
+ *               and freed by its `release`.
+ * Tensors.      DLPack DLTensor (dlpack 0.6). The host guarantees that the
+ *               last dimension of every tensor is contiguous (stride 1) and
+ *               that rows do not overlap. Only kDLCPU tensors are passed
+ *               today; a device backend may later pass kDLCUDA tensors with
+ *               kreg_host.device set, and kernels refuse devices they do not
+ *               speak. `strides` may be NULL (compact row-major); otherwise
+ *               they are in elements. Honour `byte_offset`.
+ * Arguments.    kreg_args holds the op's tensors in the op's order (NULL for
+ *               an absent optional tensor), the op's dims resolved to values
+ *               in the op's order, and every attribute (defaults filled in).
+ *               The host validates shapes, dtypes, strides, dims and
+ *               attribute ranges, then calls the op's `validate`, before any
+ *               kernel function sees the args. With KREG_ARGS_SHAPE_ONLY set
+ *               the tensors carry shapes and dtypes but their data must not
+ *               be read (tuning-table lookups); only the op's `validate`
+ *               and `default_variant` and kernels' `check` and
+ *               `workspace_bytes` are called with them. The host never
+ *               passes a NULL config or host table; validate and
+ *               data_class must be thread-safe.
  * Errors.       Functions return a kreg_status. On anything but KREG_OK they
  *               may write a NUL-terminated, one-line reason into the caller's
  *               buffer `msg` of `msg_cap` bytes (truncating as needed). `msg`
- *               is never NULL and msg_cap is at least 1.
- * NULLs.        A kernel's `check` and `workspace_bytes` may be NULL (always
- *               legal, no workspace); `run` may not. Optional tensors in the
- *               argument structs are NULL when absent.
- * Validation.   The host validates shapes, dtypes and strides before calling
- *               `run`; a plugin may rely on the argument contract documented
- *               on each args struct. `check` and `workspace_bytes` look at
- *               shapes, dtypes, strides and the config only, never at tensor
- *               data: the host may call them with shape-only tensors whose
- *               data pointer must not be read (tuning-table lookups).
- * Threads.      `check` and `workspace_bytes` must be thread-safe. `run` may
- *               be called concurrently on distinct outputs. A plugin may use
- *               threads internally. The host links oneTBB and, when
- *               kreg_host.num_threads is non-zero, calls `run` inside a oneTBB
- *               arena of that many threads, so oneTBB plugins need do
+ *               is never NULL and msg_cap is at least 1. No C++ exception may
+ *               leave a plugin function.
+ * NULLs.        Every function pointer but kreg_kernel.run may be NULL: no
+ *               check (always legal), no workspace, no state, no validator.
+ * Lifecycle.    init(host) once after loading, fini() once before unloading.
+ *               Per problem: prepare(config, args) -> state (pack weights,
+ *               build a plan, outside the timed run), then any number of
+ *               run(config, args, state) with the same config and args (same
+ *               tensors; in-out tensors are restored between runs by the
+ *               host), then release(state). The host prepares again for
+ *               other args. One state serves one run at a time.
+ * Threads.      check, workspace_bytes, prepare and release must be
+ *               thread-safe. `run` may be called concurrently on distinct
+ *               outputs and states. The host links oneTBB and, when
+ *               kreg_host.num_threads is non-zero, calls `run` inside a
+ *               oneTBB arena of that many threads, so oneTBB plugins need do
  *               nothing; a plugin using another runtime should honour it.
  * Versions.     kreg_kernel.version changes whenever the kernel's results or
- *               the meaning of its parameters change; tuned tables keyed on an
- *               older version are then stale.
+ *               the meaning of its parameters change; tuned tables keyed on
+ *               an older version are then stale.
  */
 #ifndef KREG_PLUGIN_ABI_H_
 #define KREG_PLUGIN_ABI_H_
@@ -60,14 +95,19 @@
 extern "C" {
 #endif
 
-#define KREG_ABI_VERSION 1
-#define KREG_PLUGIN_ENTRY_V1 "kreg_plugin_v1"
+#define KREG_ABI_VERSION 2
+#define KREG_PLUGIN_ENTRY "kreg_plugin_v2"
 
 #if defined(__GNUC__)
 #define KREG_PLUGIN_EXPORT __attribute__((visibility("default")))
 #else
 #define KREG_PLUGIN_EXPORT
 #endif
+
+/* Whether the struct at `ptr` (whose first field is struct_size) holds
+ * `field` of `type`. */
+#define KREG_HAS_FIELD(ptr, type, field) \
+  ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
 
 /* Status codes; the host maps them onto absl::StatusCode. */
 typedef enum kreg_status {
@@ -79,9 +119,10 @@ typedef enum kreg_status {
   KREG_INTERNAL = 5            /* a bug in the plugin */
 } kreg_status;
 
-/* Instruction-set extensions a kernel may require (bit mask). The host runs
- * a kernel only if the CPU has every bit it asks for; a bit the host does not
- * know makes the kernel unavailable. */
+/* Instruction-set extensions (bit mask). The host runs a kernel, or a
+ * parameter choice, only if the CPU has every bit it asks for; a bit the host
+ * does not know makes it unavailable. AMX bits are set only once the OS has
+ * granted the process the AMX tile state. */
 enum {
   KREG_ISA_AVX2 = 1u << 0,
   KREG_ISA_FMA = 1u << 1,
@@ -91,34 +132,214 @@ enum {
   KREG_ISA_AVX512DQ = 1u << 5,
   KREG_ISA_AVX512BF16 = 1u << 6,
   KREG_ISA_AVX512VNNI = 1u << 7,
-  KREG_ISA_KNOWN_MASK = (1u << 8) - 1
+  KREG_ISA_AVX512FP16 = 1u << 8,
+  KREG_ISA_AMX_TILE = 1u << 9,
+  KREG_ISA_AMX_BF16 = 1u << 10,
+  KREG_ISA_AMX_INT8 = 1u << 11,
+  KREG_ISA_KNOWN_MASK = (1u << 12) - 1
 };
+
+/* Element types, as bits of a tensor's allowed set. */
+enum {
+  KREG_DTYPE_F32 = 1u << 0,
+  KREG_DTYPE_BF16 = 1u << 1,
+  KREG_DTYPE_I32 = 1u << 2
+};
+
+/* An attribute value: `i` for KREG_ATTR_INT, `f` for KREG_ATTR_FLOAT. */
+typedef union kreg_scalar {
+  int64_t i;
+  double f;
+} kreg_scalar;
+
+/* ---- Ops ----------------------------------------------------------------- */
+
+/* A named dimension of an op ("batch", "m", "k", "G"). */
+typedef struct kreg_dim_desc {
+  size_t struct_size;
+  const char* name; /* [a-z0-9_]+, unique within the op */
+  const char* doc;  /* one line */
+  int64_t max;      /* largest legal value; 0: INT64_MAX */
+} kreg_dim_desc;
+#define KREG_DIM_DESC_MIN_SIZE (offsetof(kreg_dim_desc, max) + sizeof(int64_t))
+
+typedef enum kreg_role {
+  KREG_ROLE_IN = 1,    /* read only */
+  KREG_ROLE_OUT = 2,   /* written only; its prior contents are garbage */
+  KREG_ROLE_INOUT = 3  /* read then written (e.g. an accumulator) */
+} kreg_role;
+
+/* How the host draws a tensor's random contents. */
+typedef enum kreg_gen {
+  KREG_GEN_VALUES = 0,      /* floats from the user's distribution; ints uniform */
+  KREG_GEN_PARTITION = 1,   /* int32 [G] of sizes >= 0 summing to dim gen_dim
+                               (balanced or skewed) */
+  KREG_GEN_RANGE_START = 2, /* int32 [rows]: starts of ranges in [0, gen_dim) */
+  KREG_GEN_RANGE_END = 3    /* int32 [rows]: ends >= the op's RANGE_START
+                               tensor (0 if absent), <= gen_dim */
+} kreg_gen;
+
+/* How close an output must be to the reference's for one dtype:
+ * |got - want| <= atol * scale + rtol * |want|, where scale is the value of
+ * dim `scale_dim` (1 if NULL), e.g. the reduction length of a matmul. NaN
+ * must meet NaN, an infinity the same infinity. A dtype without an entry is
+ * compared bit for bit. */
+typedef struct kreg_tolerance {
+  size_t struct_size;
+  uint32_t dtype; /* one KREG_DTYPE_* bit */
+  double atol;
+  double rtol;
+  const char* scale_dim;
+} kreg_tolerance;
+#define KREG_TOLERANCE_MIN_SIZE (offsetof(kreg_tolerance, scale_dim) + sizeof(const char*))
+
+/* kreg_tensor_desc.flags */
+#define KREG_TENSOR_OPTIONAL 1u  /* may be absent (NULL in kreg_args.tensors) */
+#define KREG_TENSOR_UNCHECKED 2u /* an output each kernel fills as it documents
+                                    (a statistic): never compared */
+
+/* One tensor of an op. */
+typedef struct kreg_tensor_desc {
+  size_t struct_size;
+  const char* name; /* [a-z0-9_]+, unique within the op */
+  const char* doc;  /* one line */
+  uint32_t role;    /* kreg_role */
+  uint32_t flags;   /* KREG_TENSOR_* */
+  uint32_t dtypes;  /* allowed KREG_DTYPE_* bits */
+  /* NULL, or the name of an earlier tensor whose dtype this one must have. */
+  const char* same_dtype_as;
+  /* Its shape as the op's dim names, comma-separated ("batch,n"; "" is a
+   * scalar). The last dimension must be contiguous. */
+  const char* shape;
+  uint32_t gen;        /* kreg_gen, for inputs */
+  const char* gen_dim; /* the dim PARTITION sums to / RANGE_* lie within */
+  /* Outputs: per-dtype tolerances against the reference (none: exact). */
+  const kreg_tolerance* const* tolerances;
+  size_t num_tolerances;
+} kreg_tensor_desc;
+#define KREG_TENSOR_DESC_MIN_SIZE (offsetof(kreg_tensor_desc, shape) + sizeof(const char*))
+
+typedef enum kreg_attr_kind {
+  KREG_ATTR_INT = 1,
+  KREG_ATTR_FLOAT = 2
+} kreg_attr_kind;
+
+/* A scalar attribute of an op ("largest", "alpha"). */
+typedef struct kreg_attr_desc {
+  size_t struct_size;
+  const char* name; /* [a-z0-9_]+, unique within the op and apart from dims */
+  const char* doc;  /* one line */
+  uint32_t kind;    /* kreg_attr_kind */
+  kreg_scalar default_value;
+  kreg_scalar min, max; /* inclusive legal range, in the attribute's kind */
+} kreg_attr_desc;
+#define KREG_ATTR_DESC_MIN_SIZE (offsetof(kreg_attr_desc, max) + sizeof(kreg_scalar))
+
+/* kreg_args.flags */
+#define KREG_ARGS_SHAPE_ONLY 1u /* tensors carry shapes only: never read data */
+
+/* The arguments of one call of an op. See "Arguments" above. */
+typedef struct kreg_args {
+  size_t struct_size;
+  uint32_t flags;
+  DLTensor* const* tensors; /* num_tensors, in the op's order; inputs are read only */
+  size_t num_tensors;
+  const int64_t* dims; /* num_dims, in the op's order */
+  size_t num_dims;
+  const kreg_scalar* attrs; /* num_attrs, in the op's order */
+  size_t num_attrs;
+} kreg_args;
+#define KREG_ARGS_MIN_SIZE (offsetof(kreg_args, num_attrs) + sizeof(size_t))
+
+struct kreg_host;
+
+/* An op: its dims, tensors and attributes, and what only it knows. */
+typedef struct kreg_op_desc {
+  size_t struct_size;
+  const char* name; /* [a-z0-9_]+ */
+  const char* doc;  /* one line */
+  const kreg_dim_desc* const* dims;
+  size_t num_dims;
+  const kreg_tensor_desc* const* tensors;
+  size_t num_tensors;
+  const kreg_attr_desc* const* attrs;
+  size_t num_attrs;
+  /* Semantic checks beyond shapes and dtypes (row ranges in bounds, group
+   * sizes summing to at most m). May read data unless the args are
+   * shape-only. May be NULL. */
+  kreg_status (*validate)(const kreg_args* args, char* msg, size_t msg_cap);
+  /* A feature of the data that changes which kernel wins (e.g. a group-size
+   * skew bucket "skew=hot4"), written into `out` (a NUL-terminated
+   * [a-z0-9_=.,-]* string, "" for none; out_cap is at least 64). Asked per
+   * call at dispatch, and of generated inputs when tuning; never with
+   * shape-only args. An error status fails the call. May be NULL. */
+  kreg_status (*data_class)(const kreg_args* args, char* out, size_t out_cap);
+  /* The variant to run when nothing is tuned (its default configuration),
+   * given shape-only args and the host (machine, threads): a string in
+   * static storage; NULL or an unknown name falls back to
+   * `default_variants`. May be NULL. */
+  const char* (*default_variant)(const kreg_args* args, const struct kreg_host* host);
+  /* Variant names, most preferred first, for when nothing is tuned. */
+  const char* const* default_variants;
+  size_t num_default_variants;
+} kreg_op_desc;
+#define KREG_OP_DESC_MIN_SIZE (offsetof(kreg_op_desc, num_attrs) + sizeof(size_t))
+
+/* ---- Parameters and configurations --------------------------------------- */
 
 /* How a parameter's value is given. */
 typedef enum kreg_param_kind {
-  KREG_PARAM_INT = 1,      /* one of `values` */
-  KREG_PARAM_INT_LIST = 2, /* an increasing list drawn from `values`; the
-                              kernel's check says which lists are legal */
+  KREG_PARAM_INT = 1,      /* one of its values */
+  KREG_PARAM_INT_LIST = 2, /* a list drawn from its values (strictly
+                              increasing); the kernel's check says which
+                              lists are legal */
   KREG_PARAM_CHOICE = 3    /* one of `choices`, passed as its index */
 } kreg_param_kind;
+
+/* Where an INT or INT_LIST parameter's values come from. */
+typedef enum kreg_values_kind {
+  KREG_VALUES_LISTED = 0, /* `values` */
+  KREG_VALUES_RANGE = 1,  /* lo, lo + step, ... <= hi */
+  KREG_VALUES_POW2 = 2    /* powers of two in [lo, hi] */
+} kreg_values_kind;
 
 /* One tunable parameter of a kernel. */
 typedef struct kreg_param_desc {
   size_t struct_size;
   const char* name; /* [a-z0-9_]+, unique within the kernel */
   const char* doc;  /* one line */
-  kreg_param_kind kind;
-  const int64_t* values; /* INT, INT_LIST: legal values / list elements */
+  uint32_t kind;    /* kreg_param_kind */
+  const int64_t* values; /* LISTED: legal values / list elements */
   size_t num_values;
   const char* const* choices; /* CHOICE: the names */
   size_t num_choices;
-  int64_t default_value;        /* INT: a member of values; CHOICE: index */
-  const int64_t* default_list;  /* INT_LIST: the default list (may be empty) */
+  int64_t default_value;       /* INT: one of its values; CHOICE: an index */
+  const int64_t* default_list; /* INT_LIST: the default list (may be empty) */
   size_t default_list_len;
+  /* CHOICE: the ISA each choice needs (NULL: none). The host never
+   * enumerates, defaults to or runs a choice the CPU lacks. */
+  const uint32_t* choice_isa;
+  /* Generated values instead of `values` (values_kind != LISTED): the range
+   * [lo, hi] (RANGE: step >= 1), and for LISTED and generated values alike,
+   * those above the value of dim `cap_dim` are not legal for that problem
+   * (when no value is left, no configuration is legal; a default above the
+   * cap is illegal there too, and the host moves on to another kernel). */
+  uint32_t values_kind; /* kreg_values_kind */
+  int64_t lo, hi, step;
+  const char* cap_dim;
+  /* Active only when parameter `when_param` (an earlier INT or CHOICE
+   * parameter) holds one of `when_values` (choice indices for a CHOICE);
+   * otherwise the parameter keeps its default and is not searched. NULL:
+   * always active. */
+  const char* when_param;
+  const int64_t* when_values;
+  size_t num_when_values;
 } kreg_param_desc;
+#define KREG_PARAM_DESC_MIN_SIZE (offsetof(kreg_param_desc, default_list_len) + sizeof(size_t))
 
 /* The value of one parameter in a configuration. */
 typedef struct kreg_param_value {
+  size_t struct_size; /* the host fills these in */
   int64_t value;       /* INT: the value; CHOICE: the index */
   const int64_t* list; /* INT_LIST: the list */
   size_t list_len;
@@ -127,89 +348,88 @@ typedef struct kreg_param_value {
 /* A configuration: one value per parameter, in the descriptor's order. */
 typedef struct kreg_config {
   size_t struct_size;
-  const kreg_param_value* values;
+  const kreg_param_value* const* values;
   size_t num_values;
 } kreg_config;
+
+/* ---- The host ------------------------------------------------------------ */
+
+struct kreg_comm;   /* a communicator: defined with the collectives */
+struct kreg_device; /* a device backend (streams, device memory): later */
 
 /* What only the host owns. Any function pointer may be NULL. */
 typedef struct kreg_host {
   size_t struct_size;
-  void* ctx;
-  int32_t num_threads;           /* 0: the host's default */
-  int (*cancelled)(void* ctx);   /* non-zero: stop and return KREG_CANCELLED */
-  void (*log)(void* ctx, int level, const char* message); /* 0 info, 1 warn */
-  uint32_t isa; /* KREG_ISA_* bits a kernel may use for internal dispatch */
+  void* ctx;           /* passed back to every function below */
+  int32_t num_threads; /* 0: the host's default */
+  uint32_t isa;        /* KREG_ISA_* bits of this CPU (as the host sees it) */
+  int (*cancelled)(void* ctx); /* non-zero: stop and return KREG_CANCELLED */
+  void (*log)(void* ctx, int level, const char* message); /* 0 info, 1 warning */
+  /* Aligned memory (alignment a power of two); NULL when out of memory. */
+  void* (*alloc)(void* ctx, size_t bytes, size_t alignment);
+  void (*free)(void* ctx, void* p);
+  /* Runs op `op` on `args` with whatever the host's tuning table picks
+   * (composite ops). */
+  kreg_status (*dispatch)(void* ctx, const char* op, const kreg_args* args, char* msg,
+                          size_t msg_cap);
+  const struct kreg_comm* comm;     /* NULL outside collectives */
+  const struct kreg_device* device; /* NULL on the CPU */
 } kreg_host;
+#define KREG_HOST_MIN_SIZE (offsetof(kreg_host, isa) + sizeof(uint32_t))
 
-/* ---- Per-op argument structs ------------------------------------------- */
+/* ---- Kernels and plugins -------------------------------------------------- */
 
-/* op "topk": the k best elements of each row, sorted best first.
- *
- * input    [batch, n]  float32 or bfloat16; strides[1] == 1.
- * k        0 <= k <= n.
- * largest  non-zero: largest first; zero: smallest first.
- * row_starts, row_ends  optional int32 [batch] (NULL: 0 and n). Row r
- *          considers only columns [row_starts[r], row_ends[r]),
- *          0 <= start <= end <= n.
- * values   [batch, k]  same dtype as input; strides[1] == 1.
- * indices  [batch, k]  int32 global column indices; strides[1] == 1.
- * stats    optional int32 [batch]: a per-row statistic the kernel documents
- *          (topk/blockwise: the depth d whose top-d of every block was the
- *          superset, m-1 when the rule held at m, k when the row fell back;
- *          a row cut into column chunks reports its deepest chunk).
- *
- * Order: NaN (either sign) compares above +inf; -0 equals +0; equal values
- * are ordered by ascending index. A row whose range holds fewer than k
- * elements fills its tail with index -1 and value -inf (largest) or +inf
- * (smallest). */
-typedef struct kreg_topk_args {
-  size_t struct_size;
-  const DLTensor* input;
-  int64_t k;
-  int32_t largest;
-  const DLTensor* row_starts;
-  const DLTensor* row_ends;
-  DLTensor* values;
-  DLTensor* indices;
-  DLTensor* stats;
-} kreg_topk_args;
+/* kreg_kernel.flags */
+#define KREG_KERNEL_REFERENCE 1u /* the op's oracle: plain, obviously right */
 
-/* ---- Kernels and plugins ----------------------------------------------- */
-
-/* One kernel variant. `args` points at the op's argument struct. */
+/* One kernel variant of an op. */
 typedef struct kreg_kernel {
   size_t struct_size;
-  const char* op;      /* e.g. "topk" */
-  const char* variant; /* e.g. "radix"; registered as op/variant */
-  uint32_t version;    /* >= 1 */
-  const char* doc;     /* one line */
+  const char* op;        /* e.g. "topk" */
+  const char* variant;   /* e.g. "radix"; registered as op/variant */
+  uint32_t version;      /* >= 1 */
+  const char* doc;       /* one line */
   uint32_t required_isa; /* KREG_ISA_* bits */
-  const kreg_param_desc* params;
+  uint32_t flags;        /* KREG_KERNEL_* */
+  const kreg_param_desc* const* params;
   size_t num_params;
   /* Is `config` legal for `args`? KREG_INVALID_ARGUMENT with a reason if
-   * not. May be NULL. */
-  kreg_status (*check)(const kreg_config* config, const void* args, char* msg,
-                       size_t msg_cap);
-  /* Scratch memory `run` needs. May be NULL (none). */
-  kreg_status (*workspace_bytes)(const kreg_config* config, const void* args,
-                                 size_t* bytes, char* msg, size_t msg_cap);
-  /* Compute. `workspace` has at least workspace_bytes() bytes, 64-byte
-   * aligned, uninitialised (NULL when zero bytes). */
-  kreg_status (*run)(const kreg_config* config, const void* args,
-                     void* workspace, size_t workspace_size,
-                     const kreg_host* host, char* msg, size_t msg_cap);
+   * not. Sees shapes only (args may be shape-only). */
+  kreg_status (*check)(const kreg_config* config, const kreg_args* args, const kreg_host* host,
+                       char* msg, size_t msg_cap);
+  /* Scratch memory `run` needs. Sees shapes only. */
+  kreg_status (*workspace_bytes)(const kreg_config* config, const kreg_args* args,
+                                 const kreg_host* host, size_t* bytes, char* msg, size_t msg_cap);
+  /* Compute. `state` is what prepare made (NULL without prepare);
+   * `workspace` has at least workspace_bytes() bytes, 64-byte aligned,
+   * uninitialised (NULL when zero bytes). */
+  kreg_status (*run)(const kreg_config* config, const kreg_args* args, void* state, void* workspace,
+                     size_t workspace_size, const kreg_host* host, char* msg, size_t msg_cap);
+  /* Per-problem state (packed weights, a plan), built outside the timed run;
+   * *state may be left NULL. */
+  kreg_status (*prepare)(const kreg_config* config, const kreg_args* args, const kreg_host* host,
+                         void** state, char* msg, size_t msg_cap);
+  void (*release)(void* state);
 } kreg_kernel;
+#define KREG_KERNEL_MIN_SIZE (offsetof(kreg_kernel, run) + sizeof(void*))
 
 typedef struct kreg_plugin {
   size_t struct_size;
   uint32_t abi_version; /* KREG_ABI_VERSION the plugin was built against */
   const char* name;     /* e.g. "topk" */
   const char* version;  /* the plugin's own version string */
-  const kreg_kernel* kernels;
+  const kreg_op_desc* const* ops;
+  size_t num_ops;
+  const kreg_kernel* const* kernels;
   size_t num_kernels;
+  /* Once after loading, before anything else; an error refuses the plugin. */
+  kreg_status (*init)(const kreg_host* host, char* msg, size_t msg_cap);
+  /* Once before unloading. */
+  void (*fini)(void);
 } kreg_plugin;
+#define KREG_PLUGIN_MIN_SIZE (offsetof(kreg_plugin, num_kernels) + sizeof(size_t))
 
-typedef const kreg_plugin* (*kreg_plugin_entry_v1)(void);
+typedef const kreg_plugin* (*kreg_plugin_entry)(void);
 
 #ifdef __cplusplus
 }  /* extern "C" */

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +26,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "kreg/op.h"
+#include "kreg/params.h"
 #include "kreg/plugin_abi.h"
 
 namespace kreg {
@@ -32,46 +35,16 @@ namespace kreg {
 // Maps an ABI status and its message onto absl::Status.
 absl::Status FromAbi(kreg_status code, absl::string_view message);
 
-// ISA bits (KREG_ISA_*) of the running CPU, and their names.
+// ISA bits (KREG_ISA_*) of the running CPU, and their names. Honours
+// KREG_ISA_MASK=avx2,fma (pretend the CPU has only those). AMX bits are set
+// only once the OS granted the tile state (requested here on first use).
 uint32_t CpuIsa();
 std::string IsaString(uint32_t bits);  // "avx512f,avx512bf16" or "none"
-
-// One parameter value; see kreg_param_value.
-struct ParamValue {
-  int64_t value = 0;
-  std::vector<int64_t> list;
-  bool operator==(const ParamValue&) const = default;
-};
-
-// A configuration of a kernel: one value per parameter, in order. A value
-// type; const methods are thread-safe.
-class Config {
- public:
-  Config() = default;
-  explicit Config(std::vector<ParamValue> values);
-  const std::vector<ParamValue>& values() const { return values_; }
-  std::vector<ParamValue>& mutable_values() { return values_; }
-  bool operator==(const Config& o) const { return values_ == o.values_; }
-
-  // The ABI view of a Config; valid while both it and the Config live and
-  // the Config is unchanged.
-  class AbiView {
-   public:
-    explicit AbiView(const Config& config);
-    const kreg_config* get() const { return &config_; }
-
-   private:
-    std::vector<kreg_param_value> values_;
-    kreg_config config_;
-  };
-
- private:
-  std::vector<ParamValue> values_;
-};
 
 // Scratch memory reused across runs (64-byte aligned, grows on demand).
 class Workspace {
  public:
+  // nullptr when `bytes` cannot be allocated.
   void* Get(size_t bytes);
 
  private:
@@ -86,60 +59,106 @@ struct RunOptions {
   int num_threads = 0;             // 0: oneTBB's default
   const std::atomic<int>* cancel_flag = nullptr;  // non-zero asks the kernel to stop
   Workspace* workspace = nullptr;  // nullptr: a fresh one per call
+  // Where kreg_host.log goes; unset: stderr, "kreg: KERNEL: message".
+  std::function<void(int level, absl::string_view message)> log;
+  // kreg_host.dispatch: runs an op through a tuning table (the Dispatcher
+  // sets it); unset: kernels that dispatch get UNIMPLEMENTED.
+  std::function<absl::Status(absl::string_view op, const kreg_args& args)> dispatch;
 };
 
 class LoadedPlugin;
+class Kernel;
 
-// A registered kernel variant.
+// A kernel prepared for one call: its state (kreg_kernel.prepare), its
+// workspace and host table, so repeated runs do nothing but run. Releases the
+// state when destroyed. Not thread-safe.
+class PreparedRun {
+ public:
+  ~PreparedRun();
+  PreparedRun(const PreparedRun&) = delete;
+  PreparedRun& operator=(const PreparedRun&) = delete;
+  // Runs the kernel once on the args it was prepared for.
+  absl::Status Run();
+
+  struct HostContext;  // what kreg_host's callbacks reach
+
+ private:
+  friend class Kernel;
+  PreparedRun() = default;
+  const Kernel* kernel_ = nullptr;
+  std::unique_ptr<Config::AbiView> abi_;
+  const kreg_args* args_ = nullptr;
+  void* state_ = nullptr;
+  bool prepared_ = false;
+  Workspace own_workspace_;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  int num_threads_ = 0;
+  std::unique_ptr<HostContext> host_;
+};
+
+// A registered kernel variant. Its descriptor is read once at load time
+// (only fields its struct_size covers).
 class Kernel {
  public:
-  Kernel(std::shared_ptr<const LoadedPlugin> plugin, const kreg_kernel* desc);
+  Kernel(std::shared_ptr<const LoadedPlugin> plugin, std::shared_ptr<const Op> op,
+         const kreg_kernel* desc, ParamSpace params);
 
   const std::string& name() const { return name_; }  // "op/variant"
-  absl::string_view op() const { return desc_->op; }
-  absl::string_view variant() const { return desc_->variant; }
+  const std::string& op() const { return op_->name(); }
+  const Op& op_info() const { return *op_; }
+  const std::shared_ptr<const Op>& op_ptr() const { return op_; }
+  const std::string& variant() const { return variant_; }
   uint32_t version() const { return desc_->version; }
-  absl::string_view doc() const { return desc_->doc ? desc_->doc : ""; }
+  const std::string& doc() const { return doc_; }
   uint32_t required_isa() const { return desc_->required_isa; }
+  bool is_reference() const { return (flags_ & KREG_KERNEL_REFERENCE) != 0; }
   // False when the CPU lacks an ISA extension the kernel requires.
   bool available() const;
   const std::string& plugin_path() const;
   const std::string& plugin_name() const;
 
-  size_t num_params() const { return desc_->num_params; }
-  const kreg_param_desc& param(size_t i) const { return desc_->params[i]; }
-  // Index of the parameter called `name`, or -1.
-  int FindParam(absl::string_view name) const;
-
+  const ParamSpace& params() const { return params_; }
+  // The default configuration on this CPU (see ParamSpace::Default).
   Config DefaultConfig() const;
-  // Parses NAME=VALUE overrides onto the default config. VALUE is an integer,
-  // a comma-separated integer list, or a choice name. InvalidArgument naming
-  // the parameter for an unknown name or an illegal value.
+  // ParamSpace::Parse for this kernel on this CPU.
   absl::StatusOr<Config> ParseConfig(
       const std::vector<std::pair<std::string, std::string>>& overrides) const;
-  // (name, value) of each parameter, values as ParseConfig reads them.
-  std::vector<std::pair<std::string, std::string>> ConfigPairs(const Config& config) const;
   // "num_blocks=128 m_schedule=5,8,64"; empty for no parameters.
-  std::string ConfigString(const Config& config) const;
+  std::string ConfigString(const Config& config) const { return params_.Format(config); }
+  std::vector<std::pair<std::string, std::string>> ConfigPairs(const Config& config) const {
+    return params_.Pairs(config);
+  }
 
-  // Validates `args` for the op, then asks the kernel whether `config` is
-  // legal for them.
-  absl::Status Check(const Config& config, const void* args) const;
-  // Validates, checks, sizes the workspace and runs. Unavailable kernels
-  // return FailedPrecondition without running.
-  absl::Status Run(const Config& config, const void* args,
+  // Validates `args` for the op, checks the configuration's values against
+  // them, then asks the kernel's own check. `args` may be shape-only.
+  absl::Status Check(const Config& config, const kreg_args& args) const;
+  // Checks, sizes the workspace and prepares: the returned run may be
+  // repeated. Unavailable kernels give FailedPrecondition.
+  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Config& config, const kreg_args& args,
+                                                       const RunOptions& options = {}) const;
+  // Prepare, run once, release.
+  absl::Status Run(const Config& config, const kreg_args& args,
                    const RunOptions& options = {}) const;
 
  private:
+  friend class PreparedRun;
   std::shared_ptr<const LoadedPlugin> plugin_;
+  std::shared_ptr<const Op> op_;
   const kreg_kernel* desc_;
-  std::string name_;
+  std::string name_, variant_, doc_;
+  uint32_t flags_ = 0;
+  ParamSpace params_;
+  // Optional entry points, NULL where struct_size does not cover them.
+  decltype(kreg_kernel::prepare) prepare_ = nullptr;
+  decltype(kreg_kernel::release) release_ = nullptr;
 };
 
 struct PluginInfo {
   std::string path;
   std::string name;
   std::string version;
+  std::vector<std::string> ops;
   std::vector<std::string> kernels;
 };
 
@@ -165,11 +184,24 @@ class Registry {
       const LoadOptions& options);
 
   // Loads one plugin, all or nothing: on error nothing of it is registered,
-  // and the message names the file and the reason.
+  // and the message names the file and the reason. Its kernels' ops must be
+  // declared by it or by a plugin loaded before (LoadPlugins loads ops
+  // first).
   absl::Status LoadPlugin(const std::string& path);
+  // Loads several plugins: every plugin's ops first, then the kernels, so
+  // the order of files does not matter. Refusals are recorded (refusals())
+  // and returned, one per refused plugin.
+  std::vector<absl::Status> LoadPlugins(const std::vector<std::string>& paths);
 
   // NotFound naming the known kernels of that op if there is none.
   absl::StatusOr<std::shared_ptr<const Kernel>> Get(absl::string_view name) const;
+  // The op called `name`; NotFound listing the known ops.
+  absl::StatusOr<std::shared_ptr<const Op>> GetOp(absl::string_view name) const;
+  std::vector<std::shared_ptr<const Op>> Ops() const;
+  // The op's reference kernel (KREG_KERNEL_REFERENCE), or nullptr.
+  std::shared_ptr<const Kernel> Reference(absl::string_view op) const;
+  // The plugin files loaded, in load order.
+  std::vector<std::string> Files() const;
   // All kernels, or those of one op, sorted by name.
   std::vector<std::shared_ptr<const Kernel>> Kernels(absl::string_view op = {}) const;
   std::vector<PluginInfo> Plugins() const;
@@ -181,12 +213,19 @@ class Registry {
   static std::vector<std::string> DefaultDirs();
 
  private:
+  struct Opened;
+  absl::StatusOr<Opened> Open(const std::string& path) const;
+  absl::Status AddOps(Opened& opened) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AddKernels(Opened& opened) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<const Kernel>, std::less<>> kernels_
       ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<const Op>, std::less<>> ops_ ABSL_GUARDED_BY(mu_);
   std::vector<PluginInfo> plugins_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Status> refusals_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> searched_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> files_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kreg

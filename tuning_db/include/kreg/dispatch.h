@@ -1,52 +1,72 @@
 // The run-time half of kreg: given an op's arguments, ask the tuning table
-// which variant and parameters to use on this machine, and run them.
+// which variant and parameters to use on this machine, and run them. Generic
+// over ops: the call is the op's kreg_args (see kreg/plugin_abi.h and the
+// op's descriptor); typed fronts for particular ops sit on top (kreg/topk.h).
 //
 //   auto registry = kreg::Registry::Load({});
 //   auto db = kreg::TuningDb::Load("topk.lut");
 //   auto dispatcher = kreg::Dispatcher::Create(**registry, *db);
-//   auto result = dispatcher->TopK(logits, /*k=*/64);   // values + indices
+//   auto ran = dispatcher->Run("topk", args);   // kernel, config, match
 //
 // Ownership: a Dispatcher owns its Lut, which keeps the kernels it answers
-// with loaded; it outlives the Registry and TuningDb it was built from.
-// Thread-safety: const methods are thread-safe.
+// with loaded, and holds the registry's ops; it outlives the Registry and
+// TuningDb it was built from. Thread-safety: const methods are thread-safe.
 #ifndef KREG_TUNING_DB_DISPATCH_H_
 #define KREG_TUNING_DB_DISPATCH_H_
 
+#include <functional>
+#include <map>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kreg/lut.h"
+#include "kreg/op.h"
+#include "kreg/plugin_abi.h"
 #include "kreg/registry.h"
-#include "kreg/topk.h"
 
 namespace kreg {
 
 struct DispatchResult {
-  std::string kernel;  // "op/variant"
-  std::string config;  // "name=value ..."
+  std::string kernel;      // "op/variant"
+  std::string config;      // "name=value ..."
   Match match = Match::kDefault;
+  std::string data_class;  // the data class the table was asked with ("" for none)
 };
 
 class Dispatcher {
  public:
-  // `machine_id` defaults to this machine's fingerprint.
+  // `machine_id` defaults to this machine's fingerprint. A non-empty
+  // `data_class` is used for every call instead of asking the op.
   static absl::StatusOr<Dispatcher> Create(const Registry& registry, const TuningDb& db,
                                            std::string machine_id = "", std::string data_class = "");
 
-  // Looks up the args' problem (the op's describe()) and runs the answer.
-  absl::StatusOr<DispatchResult> Run(absl::string_view op, const void* args,
+  // Runs op `op` on `args`: validates them (Op::Validate), keys them
+  // (Op::KeyOf), takes the data class (the override given to Create, else
+  // the op's classifier, asked per call), asks the table (Lut::Query) and
+  // runs its answer. Kernels that dispatch sub-ops (composite ops) have them
+  // run through this Dispatcher, unless `options.dispatch` is set. NotFound
+  // for an op the registry does not know; the validation's, the table's or
+  // the kernel's error otherwise.
+  absl::StatusOr<DispatchResult> Run(absl::string_view op, const kreg_args& args,
                                      const RunOptions& options = {}) const;
 
-  // The typed front of op "topk": outputs allocated, answer run.
-  absl::StatusOr<TopKResult> TopK(const Tensor& input, int64_t k, const TopKOptions& options = {},
-                                  DispatchResult* how = nullptr) const;
-
+  // The op called `name`, or nullptr.
+  const Op* FindOp(absl::string_view name) const;
   const Lut& lut() const { return lut_; }
+  const std::string& machine_id() const { return machine_id_; }
 
  private:
-  Dispatcher(Lut lut, std::string machine_id, std::string data_class)
-      : lut_(std::move(lut)), machine_id_(std::move(machine_id)), data_class_(std::move(data_class)) {}
+  using OpMap = std::map<std::string, std::shared_ptr<const Op>, std::less<>>;
+  Dispatcher(Lut lut, OpMap ops, std::string machine_id, std::string data_class)
+      : lut_(std::move(lut)),
+        ops_(std::move(ops)),
+        machine_id_(std::move(machine_id)),
+        data_class_(std::move(data_class)) {}
   Lut lut_;
+  OpMap ops_;
   std::string machine_id_, data_class_;
 };
 

@@ -45,9 +45,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kreg/kreg_tuning.pb.h"
-#include "kreg/ops.h"
+#include "kreg/op.h"
+#include "kreg/params.h"
 #include "kreg/registry.h"
-#include "kreg/tensor.h"
 
 namespace kreg {
 
@@ -65,14 +65,24 @@ std::string FingerprintId(const tuning::Machine& machine);
 
 // ---- Keys and configurations -------------------------------------------------
 
-// The canonical order of `dims` for `op`: the op's dims in its order, then its
-// attributes in its order, omitting attributes equal to their defaults, then
-// names the op does not know, as given. An op kreg does not know keeps `dims`
-// as given.
-Dims CanonicalDims(absl::string_view op, const Dims& dims);
+// A key's dims are the op's key dims (Op::KeyOf, Op::KeyDims): its dims in
+// the op's order, then the integer attributes that differ from their
+// defaults. A key's dtype is the op's dtype signature (OpKey::dtype: "f32",
+// "bf16,f32", "f32+row_starts+row_ends").
 
-// A problem key with canonical dims.
-tuning::ProblemKey MakeProblemKey(absl::string_view op, DType dtype, const Dims& dims,
+// `dims` in the canonical order of `op`: the op's dims in its order, then its
+// integer attributes in its order, omitting those equal to their defaults,
+// then names the op does not know, as given.
+Dims CanonicalDims(const Op& op, const Dims& dims);
+
+// A problem key. `dtype` is the op's dtype signature; `dims` are stored as
+// given (pass Op::KeyOf(args).dims or Op::KeyDims(values), which are
+// canonical). Two keys whose dims differ only in order are the same problem
+// to a TuningDb.
+tuning::ProblemKey MakeProblemKey(absl::string_view op, absl::string_view dtype, const Dims& dims,
+                                  absl::string_view machine_id, absl::string_view data_class = {});
+// The same from an op's key of a call.
+tuning::ProblemKey MakeProblemKey(absl::string_view op, const OpKey& key,
                                   absl::string_view machine_id, absl::string_view data_class = {});
 
 Dims KeyDims(const tuning::ProblemKey& key);
@@ -86,9 +96,11 @@ std::string KeyString(const tuning::ProblemKey& key);
 tuning::Config ToProtoConfig(const Kernel& kernel, const Config& config);
 
 // The kernel's Config for a stored one. InvalidArgument naming the parameter
-// when a parameter is missing, unknown, of the wrong kind, or holds a value
-// (or list element, or choice name) the kernel does not declare, or when an
-// integer list is not increasing.
+// when a parameter is missing, unknown, given twice or of the wrong kind, or
+// names a choice the kernel does not declare; then the values are checked by
+// the kernel's ParamSpace::Validate on this CPU (values it declares, lists
+// increasing, choices this CPU has, inactive parameters at their defaults).
+// Legality for a shape is the kernel's Check.
 absl::StatusOr<Config> FromProtoConfig(const Kernel& kernel, const tuning::Config& config);
 
 // "num_blocks=128 m_schedule=5,8,12 stage2=partial_sort"; "" for none.
@@ -117,9 +129,11 @@ class TuningDb {
   // Parses file contents; `name` is the file named in errors.
   static absl::StatusOr<TuningDb> Parse(absl::string_view bytes, absl::string_view name);
   // Adopts a parsed Database. DataLoss for a missing or newer schema_version
-  // or an entry without an op. Keys are canonicalised, entries with the same
-  // key merged (newest measurement of each trial wins), and best/runner_up
-  // recomputed.
+  // or an entry without an op. Entries with the same key (dims compared as
+  // a set) are merged (newest measurement of each trial wins), and
+  // best/runner_up recomputed. Keys are kept as written: a TuningDb knows no
+  // ops, so it does not reorder dims or drop attributes at their defaults
+  // (the Lut does, against the registry's ops).
   static absl::StatusOr<TuningDb> FromProto(tuning::Database database);
 
   // Writes atomically (binary, or text for a text extension).
@@ -183,7 +197,7 @@ class TuningDb {
     int best = -1, runner_up = -1;                 // indices into trials
   };
 
-  // Index of the entry for `key` (canonicalised), added if missing; or -1.
+  // Index of the entry for `key` (dims in any order), added if missing; or -1.
   int FindOrAddEntry(const tuning::ProblemKey& key);
   int FindEntryIndex(const tuning::ProblemKey& key) const;
   // Upserts; `keep_newer` keeps an existing trial that was measured later.
@@ -224,15 +238,6 @@ struct LutAnswer {
   std::vector<std::string> warnings;
 };
 
-struct LutOptions {
-  // Default variants per op, most preferred first: the first registered,
-  // available one whose default config is legal for the shape wins. Ops not
-  // listed (or none of whose listed variants qualify) take their first such
-  // kernel in name order.
-  std::vector<std::pair<std::string, std::vector<std::string>>> default_variants = {
-      {"topk", {"radix", "sort"}}};
-};
-
 class Lut {
  public:
   // Resolves every entry of `db` against `registry`: each entry answers with
@@ -240,35 +245,43 @@ class Lut {
   // available on this CPU, and whose config converts and is legal for the
   // entry's own shape. An entry whose fastest trial is stale (version changed)
   // is reported in warnings(); it answers from its fastest current trial if
-  // one exists, else it is skipped.
-  static absl::StatusOr<Lut> Build(const TuningDb& db, const Registry& registry,
-                                   const LutOptions& options = {});
+  // one exists, else it is skipped. Entries of an op the registry does not
+  // know, or whose dtype signature the op does not take, cannot answer
+  // (reported in warnings()).
+  static absl::StatusOr<Lut> Build(const TuningDb& db, const Registry& registry);
 
   Lut(Lut&&) noexcept;
   Lut& operator=(Lut&&) noexcept;
   ~Lut();
 
-  // Exact key first (a hash lookup that allocates nothing unless it must
-  // warn), else the nearest tuned problem of the same op, dtype, machine,
-  // data class and dim names (distance: sum over dims of
-  // |log2(a + 1) - log2(b + 1)|, ties to the earlier entry) whose config is
-  // legal for the asked shape, else the default (LutOptions). Dims may be in
-  // any order; attributes equal to their defaults may be given or left out.
-  // The shape is checked only when the exact lookup misses: InvalidArgument
-  // if no kernel could take it (k > n); NotFound for an op with no kernel in
-  // the registry.
+  // `dtype` is the op's dtype signature (OpKey::dtype); `dims` its key dims,
+  // in any order; integer attributes equal to their defaults may be given or
+  // left out.
   //
-  // Legality is asked of the kernel's own check on shape-only arguments:
-  // tensors with the asked shapes and dtype whose data pointer is a sentinel
-  // that must not be read (kreg_kernel.check looks at shapes, not values), and
-  // no row ranges. Ops with no shape-only builder here (all but topk) check
-  // only that the config is one the kernel declares.
-  absl::StatusOr<LutAnswer> Query(absl::string_view op, DType dtype, const Dims& dims,
+  // Exact key first (a hash lookup that allocates nothing unless it must
+  // warn), else the nearest tuned problem of the same op, dtype signature,
+  // machine, data class and dim names (distance: sum over dims of
+  // |log2(a + 1) - log2(b + 1)|, ties to the earlier entry) whose config is
+  // legal for the asked shape, else the default: the op's own
+  // default_variant for the shape, then its default_variants in order, then
+  // its other available kernels by name, then its reference kernel; the
+  // first whose default configuration is legal for the shape.
+  //
+  // The shape is checked only when the exact lookup misses: InvalidArgument
+  // for dims or a dtype signature the op does not take, or when no kernel
+  // takes the shape (k > n); NotFound for an op the registry does not know
+  // or with no available kernel.
+  //
+  // Legality is the kernel's Check on shape-only arguments the op builds
+  // (Op::MakeShapeArgs: tensors with the asked shapes and dtypes whose data
+  // must not be read).
+  absl::StatusOr<LutAnswer> Query(absl::string_view op, absl::string_view dtype, const Dims& dims,
                                   absl::string_view machine_id,
                                   absl::string_view data_class = {}) const;
 
-  // Stale entries (and entries of an unknown dtype) found while building, one
-  // line each.
+  // Found while building, one line each: stale entries, entries whose key
+  // the op does not take (an unknown dtype signature or dim), and ops the
+  // registry does not know (one line per op).
   const std::vector<std::string>& warnings() const;
   // Entries that can answer.
   size_t size() const;

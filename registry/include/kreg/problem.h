@@ -1,0 +1,117 @@
+// Problems: one concrete call of an op, with owned tensors, built from named
+// values and an op's descriptor (random inputs by the tensors' generator
+// hints, or the user's own arrays), and checked against the op's reference
+// kernel. The command line, the tests, the tuner's worker and the
+// conformance harness all build their calls here.
+//
+// Thread-safety: a Problem is not thread-safe; distinct Problems are
+// independent.
+#ifndef KREG_REGISTRY_PROBLEM_H_
+#define KREG_REGISTRY_PROBLEM_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kreg/op.h"
+#include "kreg/tensor.h"
+
+namespace kreg {
+
+class Kernel;
+
+// How random float inputs are drawn: normal(0, 1); uniform [-1, 1); bits:
+// every bit pattern equally likely (NaNs, infinities, zeros of both signs,
+// subnormals); ties: a few distinct values, many repeats.
+enum class Dist { kNormal, kUniform, kBits, kTies };
+absl::StatusOr<Dist> ParseDist(absl::string_view name);
+absl::string_view DistName(Dist dist);
+
+// How KREG_GEN_PARTITION tensors are drawn: random cut points (empty parts
+// included), equal parts, or a few hot parts and many small or empty ones.
+enum class Partition { kRandom, kBalanced, kSkewed };
+absl::StatusOr<Partition> ParsePartition(absl::string_view name);
+absl::string_view PartitionName(Partition partition);
+
+// Fills `tensor` with values drawn from `dist` (ints: uniform bits).
+void FillRandom(Tensor& tensor, Dist dist, uint64_t seed);
+
+struct ProblemOptions {
+  // Dtypes by tensor name; "" applies to every tensor that allows it.
+  std::map<std::string, DType> dtypes;
+  // Optional inputs to generate.
+  std::set<std::string> with;
+  Dist dist = Dist::kNormal;
+  Partition partition = Partition::kRandom;
+  uint64_t seed = 1;
+  // Inputs given by the user (name -> array) replace random ones; their
+  // shapes supply dims left out.
+  std::map<std::string, Tensor> inputs;
+};
+
+class Problem {
+ public:
+  // Builds the call of `op` for `named` dims and attributes. Sizes are
+  // checked before anything is allocated. `reference` (the op's reference
+  // kernel, may be null) is what CheckOutputs compares against.
+  static absl::StatusOr<std::unique_ptr<Problem>> Make(std::shared_ptr<const Op> op,
+                                                       std::shared_ptr<const Kernel> reference,
+                                                       const Values& values,
+                                                       const ProblemOptions& options);
+
+  Problem(const Problem&) = delete;
+  Problem& operator=(const Problem&) = delete;
+
+  const Op& op() const { return *op_; }
+  const kreg_args* args() const { return &args_; }
+  const Values& values() const { return values_; }
+  // The key dims (dims and non-default integer attributes).
+  Dims dims() const { return op_->KeyDims(values_); }
+  OpKey key() const { return op_->KeyOf(args_); }
+
+  // Fills pure outputs with a poison pattern, so a kernel that leaves
+  // memory unwritten is caught by CheckOutputs(). In-out tensors are left
+  // alone (restore them instead).
+  void PoisonOutputs();
+  // Puts every in-out tensor back to its initial contents.
+  void RestoreInOut();
+  bool has_inout() const;
+  // Compares the outputs (and in-out tensors) with the reference run on the
+  // initial inputs (computed once): bit for bit, or within the op's
+  // tolerance for the dtype. InvalidArgument naming the tensor and the first
+  // element that differs, or a read-only input that was written;
+  // FailedPrecondition without a reference.
+  absl::Status CheckOutputs() const;
+  // Sets the reference's outputs now (outside any clock); idempotent.
+  absl::Status ComputeReference() const;
+
+  // Present tensors by name, in the op's order.
+  std::vector<std::pair<std::string, const Tensor*>> inputs() const;
+  std::vector<std::pair<std::string, const Tensor*>> outputs() const;
+
+ private:
+  Problem() = default;
+  std::shared_ptr<const Op> op_;
+  std::shared_ptr<const Kernel> reference_;
+  Values values_;
+  std::vector<std::optional<Tensor>> tensors_;  // per op tensor
+  std::vector<std::optional<Tensor>> initial_;  // in-out tensors' initial contents
+  mutable std::vector<std::optional<Tensor>> expected_;  // the reference's outputs
+  std::vector<DLTensor*> pointers_;
+  uint64_t inputs_hash_ = 0;  // of the read-only inputs: a kernel must not write them
+  kreg_args args_{};
+
+  uint64_t HashInputs() const;
+};
+
+}  // namespace kreg
+
+#endif  // KREG_REGISTRY_PROBLEM_H_

@@ -1,0 +1,635 @@
+#include "kreg/op.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "loaded_plugin.h"
+
+namespace kreg {
+namespace {
+
+bool IsIdentifier(const char* s) {
+  if (s == nullptr || *s == '\0') return false;
+  for (; *s; ++s) {
+    if (!absl::ascii_islower(*s) && !absl::ascii_isdigit(*s) && *s != '_') return false;
+  }
+  return true;
+}
+
+constexpr DType kAllTypes[] = {DType::kF32, DType::kBF16, DType::kI32};
+
+std::string ShapeText(const int64_t* shape, int ndim) {
+  std::string s = "[";
+  for (int i = 0; i < ndim; ++i) absl::StrAppend(&s, i ? ", " : "", shape[i]);
+  return s + "]";
+}
+
+// Never read: shape-only tensors point here so "has data" checks pass.
+alignas(64) unsigned char kNoData[64];
+
+}  // namespace
+
+// ---- Named values -----------------------------------------------------------
+
+absl::StatusOr<NamedValues> ParseNamedValues(absl::string_view text) {
+  NamedValues out;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    absl::string_view name = absl::StripAsciiWhitespace(kv.first);
+    absl::string_view value = absl::StripAsciiWhitespace(kv.second);
+    if (name.empty() || value.empty() || item.find('=') == absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad item '", item, "' (expected NAME=VALUE, e.g. n=1000)"));
+    }
+    for (const auto& [seen, unused] : out) {
+      if (seen == name) return absl::InvalidArgumentError(absl::StrCat("'", name, "' given twice"));
+    }
+    out.emplace_back(std::string(name), std::string(value));
+  }
+  return out;
+}
+
+absl::StatusOr<Dims> ParseDims(absl::string_view text) {
+  absl::StatusOr<NamedValues> named = ParseNamedValues(text);
+  if (!named.ok()) return named.status();
+  Dims dims;
+  for (const auto& [name, value] : *named) {
+    int64_t v;
+    if (!absl::SimpleAtoi(value, &v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad dimension '", name, "=", value, "' (expected NAME=INTEGER, e.g. n=1000)"));
+    }
+    dims.emplace_back(name, v);
+  }
+  return dims;
+}
+
+std::string DimsString(const Dims& dims) {
+  return absl::StrJoin(dims, ",", [](std::string* out, const auto& d) {
+    absl::StrAppend(out, d.first, "=", d.second);
+  });
+}
+
+uint32_t DTypeBit(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return KREG_DTYPE_F32;
+    case DType::kBF16:
+      return KREG_DTYPE_BF16;
+    case DType::kI32:
+      return KREG_DTYPE_I32;
+  }
+  return 0;
+}
+
+std::string DTypeSetString(uint32_t bits) {
+  std::vector<absl::string_view> names;
+  for (DType t : kAllTypes) {
+    if (bits & DTypeBit(t)) names.push_back(DTypeName(t));
+  }
+  return names.empty() ? "none" : absl::StrJoin(names, "|");
+}
+
+bool TensorInfo::free_dtype() const {
+  return same_dtype_as < 0 && (dtypes & (dtypes - 1)) != 0;
+}
+
+const Tolerance* TensorInfo::ToleranceFor(DType dtype) const {
+  for (const Tolerance& t : tolerances) {
+    if (t.dtype == dtype) return &t;
+  }
+  return nullptr;
+}
+
+// ---- Reading a descriptor ------------------------------------------------------
+
+absl::StatusOr<std::shared_ptr<const Op>> Op::Read(const kreg_op_desc& d,
+                                                   std::shared_ptr<const LoadedPlugin> plugin) {
+  auto bad = [](absl::string_view why) { return absl::InvalidArgumentError(why); };
+  if (d.struct_size < KREG_OP_DESC_MIN_SIZE) {
+    return bad(absl::StrCat("op struct_size ", d.struct_size, " is smaller than the minimum ",
+                            KREG_OP_DESC_MIN_SIZE));
+  }
+  if (!IsIdentifier(d.name)) return bad("op name is not [a-z0-9_]+");
+  auto op = std::shared_ptr<Op>(new Op());
+  op->plugin_ = std::move(plugin);
+  op->desc_ = &d;
+  op->name_ = d.name;
+  op->doc_ = d.doc ? d.doc : "";
+  auto in = [&](absl::string_view why) { return bad(absl::StrCat("op ", op->name_, ": ", why)); };
+  std::vector<std::string> names;  // dims and attributes share one namespace
+  auto fresh = [&](const char* name) {
+    return std::find(names.begin(), names.end(), name) == names.end();
+  };
+
+  if (d.num_dims > 0 && d.dims == nullptr) return in("dims is NULL");
+  for (size_t i = 0; i < d.num_dims; ++i) {
+    const kreg_dim_desc* dim = d.dims[i];
+    if (dim == nullptr || dim->struct_size < KREG_DIM_DESC_MIN_SIZE) return in(absl::StrCat("dim ", i, " is NULL or too small"));
+    if (!IsIdentifier(dim->name) || !fresh(dim->name)) {
+      return in(absl::StrCat("dim ", i, " has a bad or repeated name"));
+    }
+    names.emplace_back(dim->name);
+    op->dims_.push_back({dim->name, dim->doc ? dim->doc : "", dim->max > 0 ? dim->max : INT64_MAX});
+  }
+  if (d.num_attrs > 0 && d.attrs == nullptr) return in("attrs is NULL");
+  for (size_t i = 0; i < d.num_attrs; ++i) {
+    const kreg_attr_desc* a = d.attrs[i];
+    if (a == nullptr || a->struct_size < KREG_ATTR_DESC_MIN_SIZE) return in(absl::StrCat("attribute ", i, " is NULL or too small"));
+    if (!IsIdentifier(a->name) || !fresh(a->name)) {
+      return in(absl::StrCat("attribute ", i, " has a bad or repeated name"));
+    }
+    if (a->kind != KREG_ATTR_INT && a->kind != KREG_ATTR_FLOAT) {
+      return in(absl::StrCat("attribute '", a->name, "' has unknown kind ", a->kind));
+    }
+    AttrInfo info{a->name, a->doc ? a->doc : "", a->kind == KREG_ATTR_FLOAT, a->default_value, a->min, a->max};
+    const bool in_range = info.is_float
+                              ? info.min.f <= info.default_value.f && info.default_value.f <= info.max.f
+                              : info.min.i <= info.default_value.i && info.default_value.i <= info.max.i;
+    if (!in_range) return in(absl::StrCat("attribute '", a->name, "': default outside [min, max]"));
+    names.emplace_back(a->name);
+    op->attrs_.push_back(std::move(info));
+  }
+  if (d.num_tensors == 0 || d.tensors == nullptr) return in("no tensors");
+  for (size_t i = 0; i < d.num_tensors; ++i) {
+    const kreg_tensor_desc* t = d.tensors[i];
+    if (t == nullptr || t->struct_size < KREG_TENSOR_DESC_MIN_SIZE) return in(absl::StrCat("tensor ", i, " is NULL or too small"));
+    if (!IsIdentifier(t->name) || op->FindTensor(t->name) >= 0) {
+      return in(absl::StrCat("tensor ", i, " has a bad or repeated name"));
+    }
+    TensorInfo info;
+    info.name = t->name;
+    info.doc = t->doc ? t->doc : "";
+    auto tin = [&](absl::string_view why) { return in(absl::StrCat("tensor '", info.name, "': ", why)); };
+    if (t->role != KREG_ROLE_IN && t->role != KREG_ROLE_OUT && t->role != KREG_ROLE_INOUT) {
+      return tin(absl::StrCat("unknown role ", t->role));
+    }
+    info.role = static_cast<kreg_role>(t->role);
+    info.optional = (t->flags & KREG_TENSOR_OPTIONAL) != 0;
+    info.unchecked = (t->flags & KREG_TENSOR_UNCHECKED) != 0;
+    info.dtypes = t->dtypes;
+    if (info.dtypes == 0 || (info.dtypes & ~(KREG_DTYPE_F32 | KREG_DTYPE_BF16 | KREG_DTYPE_I32)) != 0) {
+      return tin(absl::StrCat("dtypes 0x", absl::Hex(info.dtypes), " are none or unknown to this kreg"));
+    }
+    if (t->same_dtype_as != nullptr) {
+      info.same_dtype_as = op->FindTensor(t->same_dtype_as);
+      if (info.same_dtype_as < 0) return tin(absl::StrCat("same_dtype_as '", t->same_dtype_as, "' is not an earlier tensor"));
+    }
+    if (t->shape == nullptr) return tin("shape is NULL");
+    for (absl::string_view dim : absl::StrSplit(t->shape, ',', absl::SkipWhitespace())) {
+      const int index = op->FindDim(absl::StripAsciiWhitespace(dim));
+      if (index < 0) return tin(absl::StrCat("shape names '", dim, "', which is not a dim of the op"));
+      info.shape.push_back(index);
+    }
+    if (KREG_HAS_FIELD(t, kreg_tensor_desc, gen_dim)) {
+      if (t->gen > KREG_GEN_RANGE_END) return tin(absl::StrCat("unknown generator ", t->gen));
+      info.gen = static_cast<kreg_gen>(t->gen);
+      if (info.gen != KREG_GEN_VALUES) {
+        info.gen_dim = t->gen_dim ? op->FindDim(t->gen_dim) : -1;
+        if (info.gen_dim < 0) return tin("its generator needs gen_dim, a dim of the op");
+        if (info.dtypes != KREG_DTYPE_I32 || info.shape.size() != 1) {
+          return tin("partition and range generators make 1-D int32 tensors");
+        }
+      }
+    }
+    if (KREG_HAS_FIELD(t, kreg_tensor_desc, num_tolerances) && t->num_tolerances > 0) {
+      if (t->tolerances == nullptr) return tin("tolerances is NULL");
+      for (size_t j = 0; j < t->num_tolerances; ++j) {
+        const kreg_tolerance* tol = t->tolerances[j];
+        if (tol == nullptr || tol->struct_size < KREG_TOLERANCE_MIN_SIZE) return tin("a tolerance is NULL or too small");
+        Tolerance out;
+        bool known = false;
+        for (DType dt : kAllTypes) {
+          if (tol->dtype == DTypeBit(dt)) {
+            out.dtype = dt;
+            known = true;
+          }
+        }
+        if (!known || !(tol->atol >= 0) || !(tol->rtol >= 0)) return tin("a tolerance has an unknown dtype or a negative bound");
+        out.atol = tol->atol;
+        out.rtol = tol->rtol;
+        if (tol->scale_dim != nullptr) {
+          out.scale_dim = op->FindDim(tol->scale_dim);
+          if (out.scale_dim < 0) return tin(absl::StrCat("tolerance scale_dim '", tol->scale_dim, "' is not a dim"));
+        }
+        info.tolerances.push_back(out);
+      }
+    }
+    op->tensors_.push_back(std::move(info));
+  }
+  op->validate_ = d.validate;
+  if (KREG_HAS_FIELD(&d, kreg_op_desc, data_class)) op->data_class_ = d.data_class;
+  if (KREG_HAS_FIELD(&d, kreg_op_desc, default_variant)) op->default_variant_ = d.default_variant;
+  if (KREG_HAS_FIELD(&d, kreg_op_desc, num_default_variants) && d.num_default_variants > 0) {
+    if (d.default_variants == nullptr) return in("default_variants is NULL");
+    for (size_t i = 0; i < d.num_default_variants; ++i) {
+      if (!IsIdentifier(d.default_variants[i])) return in("a default variant name is not [a-z0-9_]+");
+      op->default_variants_.emplace_back(d.default_variants[i]);
+    }
+  }
+  return std::shared_ptr<const Op>(std::move(op));
+}
+
+const std::string& Op::plugin_path() const { return plugin_->path(); }
+
+int Op::FindDim(absl::string_view name) const {
+  for (size_t i = 0; i < dims_.size(); ++i) {
+    if (dims_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+int Op::FindTensor(absl::string_view name) const {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+int Op::FindAttr(absl::string_view name) const {
+  for (size_t i = 0; i < attrs_.size(); ++i) {
+    if (attrs_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::string Op::DefaultVariant(const kreg_args& args, const kreg_host& host) const {
+  if (default_variant_ == nullptr) return "";
+  const char* name = default_variant_(&args, &host);
+  return name != nullptr && IsIdentifier(name) ? name : "";
+}
+
+std::string Op::Describe() const {
+  std::vector<std::string> dims, tensors, attrs;
+  for (const DimInfo& d : dims_) dims.push_back(d.name);
+  for (const TensorInfo& t : tensors_) {
+    std::vector<absl::string_view> shape;
+    for (int i : t.shape) shape.push_back(dims_[i].name);
+    const char* role = t.role == KREG_ROLE_IN ? "in" : t.role == KREG_ROLE_OUT ? "out" : "in-out";
+    tensors.push_back(absl::StrCat(t.name, " [", absl::StrJoin(shape, ","), "] ", DTypeSetString(t.dtypes), " ",
+                                   role, t.optional ? ", optional" : ""));
+  }
+  for (const AttrInfo& a : attrs_) {
+    attrs.push_back(absl::StrCat(a.name, "=", a.is_float ? absl::StrCat(a.default_value.f)
+                                                          : absl::StrCat(a.default_value.i)));
+  }
+  return absl::StrCat("dims ", absl::StrJoin(dims, ", "), "; tensors ", absl::StrJoin(tensors, "; "),
+                      attrs.empty() ? "" : "; attributes ", absl::StrJoin(attrs, ", "));
+}
+
+// ---- Values -----------------------------------------------------------------------
+
+absl::StatusOr<Values> Op::ParseValues(const NamedValues& named) const {
+  Values v;
+  v.dims.assign(dims_.size(), -1);
+  for (const AttrInfo& a : attrs_) v.attrs.push_back(a.default_value);
+  for (const auto& [name, text] : named) {
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(absl::StrCat(name_, ": ", why));
+    };
+    if (const int d = FindDim(name); d >= 0) {
+      int64_t x;
+      if (!absl::SimpleAtoi(text, &x)) return bad(absl::StrCat("dimension '", name, "=", text, "' is not an integer"));
+      if (x < 0) return bad(absl::StrCat("dimension ", name, "=", x, " is negative"));
+      if (x > dims_[d].max) return bad(absl::StrCat("dimension ", name, "=", x, " exceeds its limit ", dims_[d].max));
+      v.dims[d] = x;
+    } else if (const int a = FindAttr(name); a >= 0) {
+      const AttrInfo& info = attrs_[a];
+      if (info.is_float) {
+        double x;
+        if (!absl::SimpleAtod(text, &x) || std::isnan(x)) return bad(absl::StrCat("attribute '", name, "=", text, "' is not a number"));
+        if (x < info.min.f || x > info.max.f) {
+          return bad(absl::StrCat("attribute ", name, "=", x, " is outside [", info.min.f, ", ", info.max.f, "]"));
+        }
+        v.attrs[a].f = x;
+      } else {
+        int64_t x;
+        if (!absl::SimpleAtoi(text, &x)) return bad(absl::StrCat("attribute '", name, "=", text, "' is not an integer"));
+        if (x < info.min.i || x > info.max.i) {
+          return bad(absl::StrCat("attribute ", name, "=", x, " is outside [", info.min.i, ", ", info.max.i, "]"));
+        }
+        v.attrs[a].i = x;
+      }
+    } else {
+      std::vector<absl::string_view> known;
+      for (const DimInfo& info : dims_) known.push_back(info.name);
+      std::vector<absl::string_view> attrs;
+      for (const AttrInfo& at : attrs_) attrs.push_back(at.name);
+      return bad(absl::StrCat("unknown dimension or attribute '", name, "' (dims: ", absl::StrJoin(known, ", "),
+                              attrs.empty() ? "" : "; attributes: ", absl::StrJoin(attrs, ", "), ")"));
+    }
+  }
+  return v;
+}
+
+absl::StatusOr<Values> Op::ParseValues(const Dims& dims) const {
+  NamedValues named;
+  for (const auto& [name, value] : dims) named.emplace_back(name, absl::StrCat(value));
+  return ParseValues(named);
+}
+
+absl::Status Op::CheckComplete(const Values& values) const {
+  for (size_t i = 0; i < dims_.size(); ++i) {
+    if (values.dims[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name_, ": dimension '", dims_[i].name,
+                                                     "' is missing (give it in --dims or through an input file)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Dims Op::KeyDims(const Values& values) const {
+  Dims out;
+  for (size_t i = 0; i < dims_.size(); ++i) out.emplace_back(dims_[i].name, values.dims[i]);
+  for (size_t i = 0; i < attrs_.size(); ++i) {
+    if (!attrs_[i].is_float && values.attrs[i].i != attrs_[i].default_value.i) {
+      out.emplace_back(attrs_[i].name, values.attrs[i].i);
+    }
+  }
+  return out;
+}
+
+// ---- Tensors and dtypes -------------------------------------------------------------
+
+absl::StatusOr<TensorTypes> Op::ResolveTypes(const std::map<std::string, DType>& requested,
+                                             const std::set<std::string>& with,
+                                             const std::map<std::string, DType>& given) const {
+  auto bad = [&](absl::string_view why) { return absl::InvalidArgumentError(absl::StrCat(name_, ": ", why)); };
+  for (const std::string& name : with) {
+    const int t = FindTensor(name);
+    if (t < 0 || !tensors_[t].optional || !tensors_[t].is_input()) {
+      return bad(absl::StrCat("'", name, "' is not an optional input"));
+    }
+  }
+  for (const auto& [name, dtype] : given) {
+    const int t = FindTensor(name);
+    if (t < 0 || !tensors_[t].is_input()) {
+      std::vector<absl::string_view> inputs;
+      for (const TensorInfo& info : tensors_) {
+        if (info.is_input()) inputs.push_back(info.name);
+      }
+      return bad(absl::StrCat("unknown input '", name, "' (inputs: ", absl::StrJoin(inputs, ", "), ")"));
+    }
+  }
+  bool any_takes_default = !requested.contains("");
+  for (const auto& [name, dtype] : requested) {
+    if (name.empty()) continue;
+    const int t = FindTensor(name);
+    if (t < 0) return bad(absl::StrCat("--dtype names '", name, "', which is not a tensor"));
+    if (!(tensors_[t].dtypes & DTypeBit(dtype))) {
+      return bad(absl::StrCat("tensor '", name, "' takes ", DTypeSetString(tensors_[t].dtypes), ", not ",
+                              DTypeName(dtype)));
+    }
+  }
+  TensorTypes types(tensors_.size());
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const TensorInfo& t = tensors_[i];
+    const bool present = !t.optional || !t.is_input() || with.contains(t.name) || given.contains(t.name);
+    if (!present) continue;
+    if (t.same_dtype_as >= 0) {
+      types[i] = types[t.same_dtype_as];
+      if (!types[i] || !(t.dtypes & DTypeBit(*types[i]))) {
+        return bad(absl::StrCat("tensor '", t.name, "' must have the dtype of '", tensors_[t.same_dtype_as].name,
+                                "', which it does not allow"));
+      }
+    } else if (auto g = given.find(t.name); g != given.end()) {
+      if (!(t.dtypes & DTypeBit(g->second))) {
+        return bad(absl::StrCat("input '", t.name, "' takes ", DTypeSetString(t.dtypes), ", the file holds ",
+                                DTypeName(g->second)));
+      }
+      types[i] = g->second;
+    } else if (auto r = requested.find(t.name); r != requested.end()) {
+      types[i] = r->second;
+    } else if (auto all = requested.find(""); all != requested.end() && (t.dtypes & DTypeBit(all->second))) {
+      types[i] = all->second;
+      any_takes_default = any_takes_default || t.free_dtype();
+    } else {
+      for (DType dt : kAllTypes) {
+        if (t.dtypes & DTypeBit(dt)) {
+          types[i] = dt;
+          break;
+        }
+      }
+    }
+  }
+  if (!any_takes_default) {
+    return bad(absl::StrCat("no tensor whose dtype is a choice takes ", DTypeName(requested.at("")), " (",
+                            Describe(), ")"));
+  }
+  return types;
+}
+
+absl::StatusOr<TensorTypes> Op::TypesFromKey(absl::string_view key_dtype) const {
+  std::vector<absl::string_view> parts = absl::StrSplit(key_dtype, '+');
+  std::map<std::string, DType> requested;
+  std::set<std::string> with;
+  for (size_t i = 1; i < parts.size(); ++i) with.emplace(parts[i]);
+  std::vector<absl::string_view> dtypes;
+  if (!parts[0].empty()) dtypes = absl::StrSplit(parts[0], ',');
+  // The free tensors in order take the listed dtypes.
+  size_t next = 0;
+  for (const TensorInfo& t : tensors_) {
+    const bool present = !t.optional || !t.is_input() || with.contains(t.name);
+    if (!present || !t.free_dtype()) continue;
+    if (next >= dtypes.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(name_, ": dtype '", key_dtype, "' names too few dtypes"));
+    }
+    absl::StatusOr<DType> dt = ParseDType(dtypes[next++]);
+    if (!dt.ok()) return dt.status();
+    requested[t.name] = *dt;
+  }
+  if (next != dtypes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": dtype '", key_dtype, "' names too many dtypes"));
+  }
+  return ResolveTypes(requested, with, {});
+}
+
+absl::Status Op::DimsFromInputs(const std::map<std::string, const Tensor*>& given, Values* values) const {
+  for (const auto& [name, tensor] : given) {
+    const int t = FindTensor(name);
+    if (t < 0) continue;  // ResolveTypes names it
+    const TensorInfo& info = tensors_[t];
+    if (tensor->shape().size() != info.shape.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(name_, ": input '", name, "' has shape ", tensor->ShapeString(),
+                                                     ", expected ", info.shape.size(), " dimensions"));
+    }
+    for (size_t j = 0; j < info.shape.size(); ++j) {
+      int64_t& dim = values->dims[info.shape[j]];
+      const int64_t got = tensor->shape()[j];
+      if (dim >= 0 && dim != got) {
+        return absl::InvalidArgumentError(absl::StrCat(name_, ": input '", name, "' has shape ",
+                                                       tensor->ShapeString(), " but ", dims_[info.shape[j]].name,
+                                                       "=", dim));
+      }
+      if (got > dims_[info.shape[j]].max) {
+        return absl::InvalidArgumentError(absl::StrCat(name_, ": input '", name, "': ", dims_[info.shape[j]].name,
+                                                       "=", got, " exceeds its limit ", dims_[info.shape[j]].max));
+      }
+      dim = got;
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> Op::ShapeOf(int t, const Values& values) const {
+  std::vector<int64_t> shape;
+  for (int d : tensors_[t].shape) shape.push_back(values.dims[d]);
+  return shape;
+}
+
+// ---- Arguments ------------------------------------------------------------------------
+
+absl::Status Op::Validate(const kreg_args& a) const {
+  auto bad = [&](absl::string_view why) { return absl::InvalidArgumentError(absl::StrCat(name_, ": ", why)); };
+  if (a.struct_size < KREG_ARGS_MIN_SIZE) return bad("args struct_size is too small");
+  if (a.num_tensors != tensors_.size() || a.num_dims != dims_.size() || a.num_attrs != attrs_.size() ||
+      (a.num_tensors > 0 && a.tensors == nullptr) || (a.num_dims > 0 && a.dims == nullptr) ||
+      (a.num_attrs > 0 && a.attrs == nullptr)) {
+    return bad(absl::StrCat("args hold ", a.num_tensors, " tensors, ", a.num_dims, " dims and ", a.num_attrs,
+                            " attributes; the op has ", tensors_.size(), ", ", dims_.size(), " and ", attrs_.size()));
+  }
+  for (size_t i = 0; i < dims_.size(); ++i) {
+    if (a.dims[i] < 0) return bad(absl::StrCat("dimension ", dims_[i].name, "=", a.dims[i], " is negative"));
+    if (a.dims[i] > dims_[i].max) {
+      return bad(absl::StrCat("dimension ", dims_[i].name, "=", a.dims[i], " exceeds its limit ", dims_[i].max));
+    }
+  }
+  for (size_t i = 0; i < attrs_.size(); ++i) {
+    const AttrInfo& info = attrs_[i];
+    const bool ok = info.is_float ? (a.attrs[i].f >= info.min.f && a.attrs[i].f <= info.max.f)
+                                  : (a.attrs[i].i >= info.min.i && a.attrs[i].i <= info.max.i);
+    if (!ok) {
+      return bad(absl::StrCat("attribute ", info.name, "=",
+                              info.is_float ? absl::StrCat(a.attrs[i].f) : absl::StrCat(a.attrs[i].i),
+                              " is out of range"));
+    }
+  }
+  const bool shape_only = (a.flags & KREG_ARGS_SHAPE_ONLY) != 0;
+  std::vector<std::optional<DType>> types(tensors_.size());
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const TensorInfo& info = tensors_[i];
+    const DLTensor* t = a.tensors[i];
+    auto tbad = [&](absl::string_view why) { return bad(absl::StrCat(info.name, " ", why)); };
+    if (t == nullptr) {
+      if (!info.optional) return tbad("is missing");
+      continue;
+    }
+    if (t->device.device_type != kDLCPU) return tbad("is not a CPU tensor");
+    absl::StatusOr<DType> dt = FromDLDataType(t->dtype);
+    if (!dt.ok() || !(info.dtypes & DTypeBit(*dt))) {
+      return tbad(absl::StrCat("must be ", DTypeSetString(info.dtypes),
+                               dt.ok() ? absl::StrCat(", not ", DTypeName(*dt)) : std::string()));
+    }
+    types[i] = *dt;
+    if (info.same_dtype_as >= 0 && types[info.same_dtype_as] != types[i]) {
+      return tbad(absl::StrCat("must have the dtype of ", tensors_[info.same_dtype_as].name));
+    }
+    const int ndim = static_cast<int>(info.shape.size());
+    bool same = t->ndim == ndim && (ndim == 0 || t->shape != nullptr);
+    for (int j = 0; same && j < ndim; ++j) same = t->shape[j] == a.dims[info.shape[j]];
+    if (!same) {
+      std::vector<int64_t> want;
+      for (int dim : info.shape) want.push_back(a.dims[dim]);
+      return tbad(absl::StrCat("has shape ", t->shape ? ShapeText(t->shape, t->ndim) : "NULL", ", expected ",
+                               ShapeText(want.data(), ndim)));
+    }
+    int64_t numel = 1;
+    for (int j = 0; j < ndim; ++j) numel *= t->shape[j];
+    if (t->strides != nullptr && numel > 0) {
+      if (ndim > 0 && t->shape[ndim - 1] > 1 && t->strides[ndim - 1] != 1) {
+        return tbad("must be contiguous in its last dimension");
+      }
+      // Each dimension's stride covers everything inside it, so no two
+      // elements share memory.
+      int64_t extent = ndim > 0 ? t->shape[ndim - 1] : 1;
+      for (int j = ndim - 2; j >= 0; --j) {
+        if (t->shape[j] > 1 && t->strides[j] < extent) {
+          return tbad(absl::StrCat("has stride ", t->strides[j], " in dimension ", j, ", below the ", extent,
+                                   " elements inside it"));
+        }
+        extent = std::max(extent, t->strides[j] * (t->shape[j] - 1) + extent);
+      }
+    }
+    if (numel > 0 && t->data == nullptr) return tbad("has no data");
+  }
+  if (validate_ != nullptr) {
+    char msg[512] = "";
+    const kreg_status code = validate_(&a, msg, sizeof msg);
+    msg[sizeof msg - 1] = '\0';
+    if (code != KREG_OK) return bad(msg[0] ? msg : "arguments refused by the op's validator");
+  }
+  (void)shape_only;
+  return absl::OkStatus();
+}
+
+OpKey Op::KeyOf(const kreg_args& a) const {
+  OpKey key;
+  std::vector<absl::string_view> dtypes;
+  std::string optional;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const TensorInfo& info = tensors_[i];
+    const DLTensor* t = a.tensors[i];
+    if (t == nullptr) continue;
+    if (info.free_dtype()) {
+      absl::StatusOr<DType> dt = FromDLDataType(t->dtype);
+      dtypes.push_back(dt.ok() ? DTypeName(*dt) : "?");
+    }
+    if (info.optional && info.is_input()) absl::StrAppend(&optional, "+", info.name);
+  }
+  key.dtype = absl::StrCat(absl::StrJoin(dtypes, ","), optional);
+  Values values;
+  values.dims.assign(a.dims, a.dims + a.num_dims);
+  values.attrs.assign(a.attrs, a.attrs + a.num_attrs);
+  key.dims = KeyDims(values);
+  return key;
+}
+
+absl::StatusOr<std::string> Op::DataClass(const kreg_args& args) const {
+  if (data_class_ == nullptr || (args.flags & KREG_ARGS_SHAPE_ONLY)) return std::string();
+  char out[256] = "";
+  const kreg_status code = data_class_(&args, out, sizeof out);
+  out[sizeof out - 1] = '\0';
+  if (code != KREG_OK) return absl::InternalError(absl::StrCat(name_, ": data_class failed: ", out));
+  for (const char* c = out; *c; ++c) {
+    if (!absl::ascii_islower(*c) && !absl::ascii_isdigit(*c) && !std::strchr("_=.,-", *c)) {
+      return absl::InternalError(absl::StrCat(name_, ": data_class returned a character outside [a-z0-9_=.,-]"));
+    }
+  }
+  return std::string(out);
+}
+
+absl::Status Op::MakeShapeArgs(const Values& values, const TensorTypes& types, ShapeArgs* out) const {
+  if (absl::Status s = CheckComplete(values); !s.ok()) return s;
+  out->values_ = values;
+  out->shapes_.assign(tensors_.size(), {});
+  out->tensors_.assign(tensors_.size(), DLTensor{});
+  out->pointers_.assign(tensors_.size(), nullptr);
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (!types[i]) continue;
+    out->shapes_[i] = ShapeOf(static_cast<int>(i), values);
+    DLTensor& t = out->tensors_[i];
+    t.data = kNoData;
+    t.device = {kDLCPU, 0};
+    t.ndim = static_cast<int32_t>(out->shapes_[i].size());
+    t.dtype = ToDLDataType(*types[i]);
+    t.shape = out->shapes_[i].data();
+    out->pointers_[i] = &t;
+  }
+  out->args_ = {};
+  out->args_.struct_size = sizeof(kreg_args);
+  out->args_.flags = KREG_ARGS_SHAPE_ONLY;
+  out->args_.tensors = out->pointers_.data();
+  out->args_.num_tensors = out->pointers_.size();
+  out->args_.dims = out->values_.dims.data();
+  out->args_.num_dims = out->values_.dims.size();
+  out->args_.attrs = out->values_.attrs.data();
+  out->args_.num_attrs = out->values_.attrs.size();
+  return Validate(out->args_);
+}
+
+}  // namespace kreg

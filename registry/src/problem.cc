@@ -1,0 +1,378 @@
+#include "kreg/problem.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "kreg/registry.h"
+
+namespace kreg {
+
+absl::StatusOr<Dist> ParseDist(absl::string_view name) {
+  for (Dist d : {Dist::kNormal, Dist::kUniform, Dist::kBits, Dist::kTies}) {
+    if (DistName(d) == name) return d;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown distribution '", name, "' (expected normal, uniform, bits or ties)"));
+}
+
+absl::string_view DistName(Dist dist) {
+  switch (dist) {
+    case Dist::kNormal:
+      return "normal";
+    case Dist::kUniform:
+      return "uniform";
+    case Dist::kBits:
+      return "bits";
+    case Dist::kTies:
+      return "ties";
+  }
+  return "?";
+}
+
+absl::StatusOr<Partition> ParsePartition(absl::string_view name) {
+  for (Partition p : {Partition::kRandom, Partition::kBalanced, Partition::kSkewed}) {
+    if (PartitionName(p) == name) return p;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown partition '", name, "' (expected random, balanced or skewed)"));
+}
+
+absl::string_view PartitionName(Partition partition) {
+  switch (partition) {
+    case Partition::kRandom:
+      return "random";
+    case Partition::kBalanced:
+      return "balanced";
+    case Partition::kSkewed:
+      return "skewed";
+  }
+  return "?";
+}
+
+void FillRandom(Tensor& t, Dist dist, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> few(-4, 4);
+  const int64_t n = t.numel();
+  auto draw = [&]() -> float {
+    switch (dist) {
+      case Dist::kNormal:
+        return normal(rng);
+      case Dist::kUniform:
+        return uniform(rng);
+      case Dist::kTies:
+        return static_cast<float>(few(rng)) * 0.5f;
+      case Dist::kBits:
+        break;
+    }
+    return 0.0f;
+  };
+  if (t.dtype() == DType::kI32) {
+    int32_t* p = t.data_as<int32_t>();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<int32_t>(rng());
+  } else if (t.dtype() == DType::kF32) {
+    float* p = t.data_as<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (dist == Dist::kBits) {
+        uint32_t u = static_cast<uint32_t>(rng());
+        std::memcpy(&p[i], &u, 4);
+      } else {
+        p[i] = draw();
+      }
+    }
+  } else {
+    uint16_t* p = t.data_as<uint16_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      p[i] = dist == Dist::kBits ? static_cast<uint16_t>(rng()) : FloatToBf16(draw());
+    }
+  }
+}
+
+namespace {
+
+// Sizes of `parts` groups summing to `total`.
+void FillPartition(Tensor& t, int64_t total, Partition how, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int64_t parts = t.numel();
+  int32_t* p = t.data_as<int32_t>();
+  if (parts == 0) return;
+  std::vector<int64_t> sizes(parts, 0);
+  if (how == Partition::kBalanced) {
+    for (int64_t i = 0; i < parts; ++i) sizes[i] = total / parts + (i < total % parts ? 1 : 0);
+  } else if (how == Partition::kSkewed) {
+    // A few hot groups take most rows; the rest share what is left, some empty.
+    std::vector<double> w(parts);
+    for (int64_t i = 0; i < parts; ++i) w[i] = rng() % 4 == 0 ? 0.0 : 1.0 / static_cast<double>(1 + rng() % 64);
+    for (int64_t h = 0; h < std::max<int64_t>(1, parts / 8); ++h) w[rng() % parts] = 8.0;
+    double sum = 0;
+    for (double x : w) sum += x;
+    int64_t left = total;
+    for (int64_t i = 0; i < parts; ++i) {
+      sizes[i] = std::min<int64_t>(left, static_cast<int64_t>(std::floor(total * w[i] / sum)));
+      left -= sizes[i];
+    }
+    sizes[rng() % parts] += left;
+  } else {
+    // Random cut points: empty groups happen.
+    std::vector<int64_t> cuts(parts - 1);
+    for (int64_t& c : cuts) c = total > 0 ? static_cast<int64_t>(rng() % static_cast<uint64_t>(total + 1)) : 0;
+    std::sort(cuts.begin(), cuts.end());
+    int64_t prev = 0;
+    for (int64_t i = 0; i < parts - 1; ++i) {
+      sizes[i] = cuts[i] - prev;
+      prev = cuts[i];
+    }
+    sizes[parts - 1] = total - prev;
+  }
+  for (int64_t i = 0; i < parts; ++i) p[i] = static_cast<int32_t>(sizes[i]);
+}
+
+// Ranges within [0, n): every kind, empty, short, exact and full. `starts`
+// or `ends` may be null (then 0 or n).
+void FillRanges(Tensor* starts, Tensor* ends, int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+  const int64_t rows = starts ? starts->numel() : ends->numel();
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t start, end;
+    if (starts && ends) {
+      const int64_t len = r % 4 == 0 ? std::min<int64_t>(r / 4, n)
+                                     : static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 1));
+      start = static_cast<int64_t>(rng() % static_cast<uint64_t>(n - len + 1));
+      end = start + len;
+    } else {
+      start = static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 1));
+      end = start;
+      if (!starts) start = 0;
+      if (!ends) end = n;
+    }
+    if (starts) starts->data_as<int32_t>()[r] = static_cast<int32_t>(start);
+    if (ends) ends->data_as<int32_t>()[r] = static_cast<int32_t>(end);
+  }
+}
+
+bool SameBits(const void* a, const void* b, size_t size) { return std::memcmp(a, b, size) == 0; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Problem>> Problem::Make(std::shared_ptr<const Op> op_ptr,
+                                                       std::shared_ptr<const Kernel> reference,
+                                                       const Values& given_values,
+                                                       const ProblemOptions& options) {
+  const Op& op = *op_ptr;
+  Values values = given_values;
+  std::map<std::string, const Tensor*> given;
+  std::map<std::string, DType> given_types;
+  for (const auto& [name, t] : options.inputs) {
+    given[name] = &t;
+    given_types[name] = t.dtype();
+  }
+  absl::StatusOr<TensorTypes> types = op.ResolveTypes(options.dtypes, options.with, given_types);
+  if (!types.ok()) return types.status();
+  if (absl::Status s = op.DimsFromInputs(given, &values); !s.ok()) return s;
+  if (absl::Status s = op.CheckComplete(values); !s.ok()) return s;
+
+  // Every size is checked before anything is allocated.
+  const auto& infos = op.tensors();
+  size_t total = 0;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    if (!(*types)[i]) continue;
+    absl::StatusOr<size_t> bytes = CheckedBytes(*(*types)[i], op.ShapeOf(static_cast<int>(i), values));
+    if (!bytes.ok()) {
+      return absl::Status(bytes.status().code(), absl::StrCat(op.name(), ": ", infos[i].name, ": ",
+                                                              bytes.status().message()));
+    }
+    // In-out tensors are kept twice (initial contents), outputs three times
+    // at most (the reference's copy).
+    const size_t copies = infos[i].role == KREG_ROLE_IN ? 1 : 3;
+    if (*bytes > (SIZE_MAX - total) / copies) return absl::ResourceExhaustedError(absl::StrCat(op.name(), ": the problem's tensors exceed the address space"));
+    total += *bytes * copies;
+  }
+
+  auto p = std::unique_ptr<Problem>(new Problem());
+  p->op_ = std::move(op_ptr);
+  p->reference_ = std::move(reference);
+  p->values_ = values;
+  p->tensors_.resize(infos.size());
+  p->initial_.resize(infos.size());
+  p->expected_.resize(infos.size());
+  p->pointers_.assign(infos.size(), nullptr);
+  try {
+    for (size_t i = 0; i < infos.size(); ++i) {
+      if (!(*types)[i]) continue;
+      if (auto g = options.inputs.find(infos[i].name); g != options.inputs.end()) {
+        p->tensors_[i] = g->second;
+      } else {
+        p->tensors_[i].emplace(*(*types)[i], op.ShapeOf(static_cast<int>(i), values));
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(op.name(), ": out of memory for the problem's tensors"));
+  }
+  // Random inputs by each tensor's generator hint.
+  Tensor* range_start = nullptr;
+  Tensor* range_end = nullptr;
+  int range_dim = -1;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const TensorInfo& info = infos[i];
+    if (!p->tensors_[i] || !info.is_input() || options.inputs.contains(info.name)) continue;
+    Tensor& t = *p->tensors_[i];
+    const uint64_t seed = options.seed * 0x9e3779b97f4a7c15ull + i;
+    switch (info.gen) {
+      case KREG_GEN_VALUES:
+        FillRandom(t, options.dist, seed);
+        break;
+      case KREG_GEN_PARTITION:
+        FillPartition(t, values.dims[info.gen_dim], options.partition, seed);
+        break;
+      case KREG_GEN_RANGE_START:
+        range_start = &t;
+        range_dim = info.gen_dim;
+        break;
+      case KREG_GEN_RANGE_END:
+        range_end = &t;
+        range_dim = info.gen_dim;
+        break;
+    }
+  }
+  if (range_start || range_end) FillRanges(range_start, range_end, values.dims[range_dim], options.seed);
+  for (size_t i = 0; i < infos.size(); ++i) {
+    if (p->tensors_[i] && infos[i].role == KREG_ROLE_INOUT) p->initial_[i] = *p->tensors_[i];
+    if (p->tensors_[i]) p->pointers_[i] = p->tensors_[i]->dl();
+  }
+  p->args_.struct_size = sizeof(kreg_args);
+  p->args_.tensors = p->pointers_.data();
+  p->args_.num_tensors = p->pointers_.size();
+  p->args_.dims = p->values_.dims.data();
+  p->args_.num_dims = p->values_.dims.size();
+  p->args_.attrs = p->values_.attrs.data();
+  p->args_.num_attrs = p->values_.attrs.size();
+  if (absl::Status s = op.Validate(p->args_); !s.ok()) return s;
+  p->inputs_hash_ = p->HashInputs();
+  return p;
+}
+
+uint64_t Problem::HashInputs() const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (!tensors_[i] || op_->tensors()[i].role != KREG_ROLE_IN) continue;
+    const unsigned char* p = static_cast<const unsigned char*>(tensors_[i]->data());
+    const size_t n = tensors_[i]->nbytes();
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + j, 8);
+      h = (h ^ w) * 0x100000001b3ull;
+    }
+    for (; j < n; ++j) h = (h ^ p[j]) * 0x100000001b3ull;
+  }
+  return h;
+}
+
+void Problem::PoisonOutputs() {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (!tensors_[i] || op_->tensors()[i].role != KREG_ROLE_OUT) continue;
+    std::memset(tensors_[i]->data(), op_->tensors()[i].unchecked ? 0 : 0x5a, tensors_[i]->nbytes());
+  }
+}
+
+void Problem::RestoreInOut() {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (initial_[i]) std::memcpy(tensors_[i]->data(), initial_[i]->data(), initial_[i]->nbytes());
+  }
+}
+
+bool Problem::has_inout() const {
+  return std::any_of(initial_.begin(), initial_.end(), [](const auto& t) { return t.has_value(); });
+}
+
+absl::Status Problem::ComputeReference() const {
+  if (std::any_of(expected_.begin(), expected_.end(), [](const auto& t) { return t.has_value(); })) {
+    return absl::OkStatus();
+  }
+  if (reference_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("op ", op_->name(), " has no reference kernel loaded"));
+  }
+  // The reference writes its own copies: outputs fresh, in-out tensors from
+  // their initial contents.
+  std::vector<std::optional<Tensor>> out(tensors_.size());
+  std::vector<DLTensor*> pointers = pointers_;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (!tensors_[i] || op_->tensors()[i].role == KREG_ROLE_IN) continue;
+    out[i] = initial_[i] ? *initial_[i] : Tensor(tensors_[i]->dtype(), tensors_[i]->shape());
+    pointers[i] = out[i]->dl();
+  }
+  kreg_args args = args_;
+  args.tensors = pointers.data();
+  if (absl::Status s = reference_->Run(reference_->DefaultConfig(), args); !s.ok()) {
+    return absl::InternalError(absl::StrCat("the reference failed: ", s.message()));
+  }
+  expected_ = std::move(out);
+  return absl::OkStatus();
+}
+
+absl::Status Problem::CheckOutputs() const {
+  if (absl::Status s = ComputeReference(); !s.ok()) return s;
+  if (HashInputs() != inputs_hash_) {
+    return absl::InvalidArgumentError("a read-only input was written (the kernel must not modify its inputs)");
+  }
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const TensorInfo& info = op_->tensors()[i];
+    if (!expected_[i] || info.unchecked) continue;
+    const Tensor& got = *tensors_[i];
+    const Tensor& want = *expected_[i];
+    const Tolerance* tol = info.ToleranceFor(got.dtype());
+    const size_t esize = DTypeSize(got.dtype());
+    const double scale = tol && tol->scale_dim >= 0 ? std::max<double>(1, values_.dims[tol->scale_dim]) : 1;
+    const char* g = static_cast<const char*>(got.data());
+    const char* w = static_cast<const char*>(want.data());
+    for (int64_t e = 0; e < got.numel(); ++e) {
+      if (SameBits(g + e * esize, w + e * esize, esize)) continue;
+      bool ok = false;
+      if (tol != nullptr) {
+        const double a = got.GetAsDouble(e), b = want.GetAsDouble(e);
+        if (std::isnan(a) || std::isnan(b) || std::isinf(a) || std::isinf(b)) {
+          ok = (std::isnan(a) && std::isnan(b)) || a == b;
+        } else {
+          ok = std::fabs(a - b) <= tol->atol * scale + tol->rtol * std::fabs(b);
+        }
+      }
+      if (ok) continue;
+      // Name the element by its coordinates.
+      std::string where;
+      int64_t rest = e;
+      for (size_t d = got.shape().size(); d-- > 0;) {
+        const int64_t extent = got.shape()[d];
+        where = absl::StrCat(extent ? rest % extent : 0, where.empty() ? "" : ", ", where);
+        rest = extent ? rest / extent : 0;
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          info.name, "[", where, "]: got ", got.GetAsDouble(e), ", expected ", want.GetAsDouble(e),
+          tol ? absl::StrCat(" (tolerance atol ", tol->atol, " x ", scale, " + rtol ", tol->rtol, ")") : " (exact)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<std::string, const Tensor*>> Problem::inputs() const {
+  std::vector<std::pair<std::string, const Tensor*>> out;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i] && op_->tensors()[i].is_input()) {
+      out.emplace_back(op_->tensors()[i].name, initial_[i] ? &*initial_[i] : &*tensors_[i]);
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, const Tensor*>> Problem::outputs() const {
+  std::vector<std::pair<std::string, const Tensor*>> out;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i] && op_->tensors()[i].is_output()) out.emplace_back(op_->tensors()[i].name, &*tensors_[i]);
+  }
+  return out;
+}
+
+}  // namespace kreg

@@ -1,0 +1,799 @@
+// The conformance harness. For every op the build's plugins (and the axpy
+// test plugins) declare, every available kernel other than the op's
+// reference is run at every configuration the tuner would search, on edge
+// cases built from the op's descriptor alone (dims 0, 1, small odd sizes that
+// divide no tile, a mid size; each float distribution, each dtype, each
+// optional input present and absent, each value of a small integer
+// attribute), and checked against the reference through the tuner's own
+// measurement (outputs poisoned, in-out tensors restored, compared with the
+// op's tolerance or bit for bit).
+//
+// Then what only one op knows: the topk reference pinned on hand-written
+// rows, and topk inputs chosen to break particular kernels.
+//
+// Run again under KREG_ISA_MASK=fma (tests/CMakeLists.txt): kernels needing
+// AVX2 are skipped, saying so; the portable ones are still checked.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kreg/autotune.h"
+#include "kreg/measure.h"
+#include "kreg/op.h"
+#include "kreg/problem.h"
+#include "kreg/registry.h"
+#include "kreg/tensor.h"
+
+namespace kreg {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+const Registry& TheRegistry() {
+  static const Registry* registry = [] {
+    LoadOptions options;
+    options.plugin_paths = {KREG_PLUGIN_DIR, KREG_AXPY_PLUGIN_DIR};
+    options.use_env = false;
+    options.use_default_dirs = false;
+    absl::StatusOr<std::unique_ptr<Registry>> r = Registry::Load(options);
+    if (!r.ok()) {
+      std::cerr << "conformance_test: " << r.status() << "\n";
+      std::abort();
+    }
+    return r->release();
+  }();
+  return *registry;
+}
+
+std::string Why(const Kernel& kernel) {
+  const char* mask = std::getenv("KREG_ISA_MASK");
+  return absl::StrCat(kernel.name(), " needs ", IsaString(kernel.required_isa() & ~CpuIsa()),
+                      ", which this CPU lacks", mask ? absl::StrCat(" (KREG_ISA_MASK=", mask, ")") : "");
+}
+
+// ---- One problem, every configuration -----------------------------------------
+
+// A problem: named dims and attributes, and how its inputs are made.
+struct Case {
+  NamedValues values;
+  ProblemOptions options;
+  std::string Describe() const {
+    std::vector<std::string> parts = {absl::StrJoin(values, ",", absl::PairFormatter("="))};
+    for (const auto& [name, dtype] : options.dtypes) parts.push_back(absl::StrCat(name, ":", DTypeName(dtype)));
+    parts.push_back(absl::StrCat("dist=", DistName(options.dist)));
+    if (!options.with.empty()) parts.push_back(absl::StrCat("with=", absl::StrJoin(options.with, "+")));
+    if (!options.inputs.empty()) {
+      std::vector<std::string> given;
+      for (const auto& [name, t] : options.inputs) given.push_back(absl::StrCat(name, t.ShapeString()));
+      parts.push_back(absl::StrCat("given=", absl::StrJoin(given, "+")));
+    }
+    parts.push_back(absl::StrCat("seed=", options.seed));
+    return absl::StrJoin(parts, " ");
+  }
+};
+
+// Problems up to this many elements (inputs and outputs) run every
+// configuration; larger ones an evenly spaced sample.
+constexpr int64_t kSmallProblem = 4096;
+constexpr size_t kLargeProblemConfigs = 200;
+
+int64_t Elements(const Problem& p) {
+  int64_t n = 0;
+  for (const auto& [name, t] : p.inputs()) n += t->numel();
+  for (const auto& [name, t] : p.outputs()) n += t->numel();
+  return n;
+}
+
+// The configurations the tuner would search on `problem`: the space
+// enumerated on this CPU (lists of up to two values), those the kernel's
+// check accepts, the default first when legal. Beyond `max_configs`, an
+// evenly spaced sample, the first (the default, when legal) always in it.
+std::vector<Config> TunerConfigs(const Kernel& kernel, const Problem& problem, size_t max_configs) {
+  std::vector<Config> legal;
+  for (Config& c : kernel.params().Enumerate(CpuIsa(), problem.values().dims.data(), /*max_list_len=*/2)) {
+    if (kernel.Check(c, *problem.args()).ok()) legal.push_back(std::move(c));
+  }
+  if (legal.size() <= max_configs) return legal;
+  std::vector<Config> sample;
+  for (size_t i = 0; i < max_configs; ++i) sample.push_back(legal[i * legal.size() / max_configs]);
+  return sample;
+}
+
+struct Tally {
+  int cases = 0;    // problems built and run
+  int refused = 0;  // illegal combinations Problem::Make refused
+  int runs = 0;     // (problem, configuration) pairs checked
+};
+
+// Checks one kernel on one problem at every configuration the tuner would
+// search (at most `max_configs`; 0: by the problem's size), each run once and
+// checked against the reference as MeasureKernel does for the tuner.
+void CheckKernel(const Kernel& kernel, const Case& c, Tally& tally, size_t max_configs = 0) {
+  SCOPED_TRACE(absl::StrCat(kernel.name(), " on ", c.Describe()));
+  const Registry& registry = TheRegistry();
+  absl::StatusOr<Values> values = kernel.op_info().ParseValues(c.values);
+  if (!values.ok()) {
+    EXPECT_EQ(values.status().code(), absl::StatusCode::kInvalidArgument) << values.status();
+    ++tally.refused;
+    return;
+  }
+  absl::StatusOr<std::unique_ptr<Problem>> problem =
+      Problem::Make(kernel.op_ptr(), registry.Reference(kernel.op()), *values, c.options);
+  if (!problem.ok()) {
+    // An illegal combination (topk: k > n) is refused, and only that.
+    EXPECT_EQ(problem.status().code(), absl::StatusCode::kInvalidArgument) << problem.status();
+    ++tally.refused;
+    return;
+  }
+  ++tally.cases;
+  // The reference's answer first, from pristine inputs (MeasureKernel would
+  // compute it only after the candidate ran).
+  absl::Status reference = (*problem)->ComputeReference();
+  ASSERT_TRUE(reference.ok()) << reference;
+  std::vector<Tensor> inputs;
+  for (const auto& [name, t] : (*problem)->inputs()) inputs.push_back(*t);
+  if (max_configs == 0) max_configs = Elements(**problem) <= kSmallProblem ? SIZE_MAX : kLargeProblemConfigs;
+  for (const Config& config : TunerConfigs(kernel, **problem, max_configs)) {
+    MeasureOptions options;
+    options.warmup = 0;
+    options.reps = 1;
+    options.check = true;
+    Measurement m = MeasureKernel(kernel, config, {problem->get()}, options);
+    EXPECT_EQ(m.status, TrialStatus::kOk)
+        << "[" << kernel.ConfigString(config) << "] " << TrialStatusName(m.status) << ": " << m.error;
+    ++tally.runs;
+  }
+  // Read-only inputs are left as they were (in-out tensors are restored
+  // from their initial contents, which inputs() shows).
+  size_t i = 0;
+  for (const auto& [name, t] : (*problem)->inputs()) {
+    EXPECT_EQ(std::memcmp(t->data(), inputs[i].data(), t->nbytes()), 0) << "input " << name << " was written";
+    ++i;
+  }
+}
+
+// ---- Edge cases from an op's descriptor -----------------------------------------
+
+// Dim assignments: all 0, all 1, all 3 / 7 / 33 (odd: they divide no tile),
+// those three rotated over the dims, each dim 0 alone (the rest 7), and a mid
+// size rotated likewise (its largest tensor about 20000 elements). Clamped
+// to each dim's limit, without repeats.
+std::vector<std::vector<int64_t>> EdgeShapes(const Op& op) {
+  const size_t nd = op.dims().size();
+  std::vector<std::vector<int64_t>> shapes;
+  auto add = [&](std::vector<int64_t> s) {
+    for (size_t i = 0; i < nd; ++i) s[i] = std::min(s[i], op.dims()[i].max);
+    if (std::find(shapes.begin(), shapes.end(), s) == shapes.end()) shapes.push_back(std::move(s));
+  };
+  auto rotations = [&](const std::vector<int64_t>& sizes) {
+    for (size_t r = 0; r < sizes.size(); ++r) {
+      std::vector<int64_t> s(nd);
+      for (size_t i = 0; i < nd; ++i) s[i] = sizes[(i + r) % sizes.size()];
+      add(s);
+    }
+  };
+  add(std::vector<int64_t>(nd, 0));
+  add(std::vector<int64_t>(nd, 1));
+  for (int64_t v : {3, 7, 33}) add(std::vector<int64_t>(nd, v));
+  rotations({3, 7, 33});
+  for (size_t z = 0; z < nd; ++z) {
+    std::vector<int64_t> s(nd, 7);
+    s[z] = 0;
+    add(s);
+  }
+  size_t rank = 1;
+  for (const TensorInfo& t : op.tensors()) rank = std::max(rank, t.shape.size());
+  const int64_t mid = static_cast<int64_t>(std::pow(20000.0, 1.0 / static_cast<double>(rank))) | 1;
+  rotations({mid, (mid / 3) | 1, (mid / 17) | 1});
+  return shapes;
+}
+
+// Every assignment of dtypes to the tensors whose dtype is a free choice.
+std::vector<std::map<std::string, DType>> DtypeChoices(const Op& op) {
+  std::vector<std::map<std::string, DType>> out = {{}};
+  for (const TensorInfo& t : op.tensors()) {
+    if (!t.free_dtype()) continue;
+    std::vector<std::map<std::string, DType>> next;
+    for (const auto& m : out) {
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kI32}) {
+        if (!(t.dtypes & DTypeBit(dt))) continue;
+        auto copy = m;
+        copy[t.name] = dt;
+        next.push_back(std::move(copy));
+      }
+    }
+    out = std::move(next);
+  }
+  return out;
+}
+
+// Every combination of values of the integer attributes whose range is small
+// (at most 4 values); the others keep their defaults.
+std::vector<NamedValues> AttrChoices(const Op& op) {
+  std::vector<NamedValues> out = {{}};
+  for (const AttrInfo& a : op.attrs()) {
+    if (a.is_float || a.max.i - a.min.i > 3) continue;
+    std::vector<NamedValues> next;
+    for (const NamedValues& m : out) {
+      for (int64_t v = a.min.i; v <= a.max.i; ++v) {
+        NamedValues copy = m;
+        copy.emplace_back(a.name, absl::StrCat(v));
+        next.push_back(std::move(copy));
+      }
+    }
+    out = std::move(next);
+  }
+  return out;
+}
+
+// Every subset of the optional inputs (just none and all beyond three).
+std::vector<std::set<std::string>> OptionalSubsets(const Op& op) {
+  std::vector<std::string> optional;
+  for (const TensorInfo& t : op.tensors()) {
+    if (t.optional && t.is_input()) optional.push_back(t.name);
+  }
+  std::vector<std::set<std::string>> out;
+  if (optional.size() > 3) {
+    out.push_back({});
+    out.emplace_back(optional.begin(), optional.end());
+    return out;
+  }
+  for (size_t bits = 0; bits < (size_t{1} << optional.size()); ++bits) {
+    std::set<std::string> s;
+    for (size_t i = 0; i < optional.size(); ++i) {
+      if (bits & (size_t{1} << i)) s.insert(optional[i]);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+bool HasRandomFloatInput(const Op& op) {
+  for (const TensorInfo& t : op.tensors()) {
+    if (t.is_input() && t.gen == KREG_GEN_VALUES && (t.dtypes & (KREG_DTYPE_F32 | KREG_DTYPE_BF16))) return true;
+  }
+  return false;
+}
+
+// The named edge cases of `op`: for each edge shape, each dtype choice and
+// each small-attribute choice, every distribution (without optional inputs),
+// every non-empty set of optional inputs (normal values), and all optional
+// inputs with every bit pattern.
+std::vector<Case> EdgeCases(const Op& op) {
+  std::vector<Dist> dists = {Dist::kNormal};
+  if (HasRandomFloatInput(op)) dists = {Dist::kNormal, Dist::kUniform, Dist::kBits, Dist::kTies};
+  const std::vector<std::set<std::string>> subsets = OptionalSubsets(op);
+  std::vector<Case> cases;
+  uint64_t seed = 1;
+  for (const std::vector<int64_t>& shape : EdgeShapes(op)) {
+    for (const auto& dtypes : DtypeChoices(op)) {
+      for (const NamedValues& attrs : AttrChoices(op)) {
+        auto add = [&](Dist dist, const std::set<std::string>& with) {
+          Case c;
+          for (size_t i = 0; i < shape.size(); ++i) c.values.emplace_back(op.dims()[i].name, absl::StrCat(shape[i]));
+          c.values.insert(c.values.end(), attrs.begin(), attrs.end());
+          c.options.dtypes = dtypes;
+          c.options.dist = dist;
+          c.options.with = with;
+          c.options.seed = seed++;
+          cases.push_back(std::move(c));
+        };
+        for (Dist d : dists) add(d, {});
+        for (const auto& with : subsets) {
+          if (!with.empty()) add(Dist::kNormal, with);
+        }
+        if (subsets.size() > 1) add(dists.back() == Dist::kNormal ? Dist::kNormal : Dist::kBits, subsets.back());
+      }
+    }
+  }
+  return cases;
+}
+
+// ---- Every kernel of every op ---------------------------------------------------------
+
+std::vector<std::string> NonReferenceKernels() {
+  std::vector<std::string> names;
+  for (const auto& k : TheRegistry().Kernels()) {
+    if (!k->is_reference()) names.push_back(k->name());
+  }
+  return names;
+}
+
+std::string TestName(const ::testing::TestParamInfo<std::string>& p) {
+  std::string name = p.param;
+  std::replace(name.begin(), name.end(), '/', '_');
+  return name;
+}
+
+TEST(ConformanceSuiteTest, EveryOpHasAReferenceAndKernelsToCheck) {
+  EXPECT_TRUE(TheRegistry().refusals().empty()) << TheRegistry().refusals()[0];
+  std::vector<std::string> ops;
+  for (const auto& op : TheRegistry().Ops()) {
+    ops.push_back(op->name());
+    SCOPED_TRACE(op->name());
+    std::shared_ptr<const Kernel> reference = TheRegistry().Reference(op->name());
+    ASSERT_NE(reference, nullptr);
+    EXPECT_TRUE(reference->available()) << Why(*reference);
+    size_t others = 0;
+    for (const auto& k : TheRegistry().Kernels(op->name())) others += !k->is_reference();
+    EXPECT_GT(others, 0u);
+    EXPECT_GE(EdgeCases(*op).size(), 20u);
+  }
+  EXPECT_THAT(ops, ::testing::IsSupersetOf({"axpy", "topk"}));
+  EXPECT_GE(NonReferenceKernels().size(), 7u);  // 4 topk, axpy/blocked and the two layouts
+}
+
+TEST(ConformanceSuiteTest, EdgeCasesAreBuiltFromTheDescriptor) {
+  std::shared_ptr<const Op> topk = *TheRegistry().GetOp("topk");
+  std::vector<std::vector<int64_t>> shapes = EdgeShapes(*topk);
+  EXPECT_EQ(shapes[0], (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_EQ(shapes[1], (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_NE(std::find(shapes.begin(), shapes.end(), std::vector<int64_t>{7, 33, 3}), shapes.end());
+  EXPECT_EQ(DtypeChoices(*topk).size(), 2u);      // input f32 or bf16 (values follow it)
+  EXPECT_EQ(AttrChoices(*topk).size(), 2u);       // largest 0 and 1
+  EXPECT_EQ(OptionalSubsets(*topk).size(), 4u);   // row_starts, row_ends
+  std::shared_ptr<const Op> axpy = *TheRegistry().GetOp("axpy");
+  EXPECT_EQ(DtypeChoices(*axpy).size(), 2u);  // x f32 or bf16; out is f32 only
+  EXPECT_EQ(AttrChoices(*axpy).size(), 1u);   // alpha is a float: its default
+  EXPECT_EQ(OptionalSubsets(*axpy).size(), 1u);
+}
+
+// The harness's oracle is the tuner's measurement: a kernel computing the
+// wrong answer is reported as such, never as ok.
+TEST(ConformanceSuiteTest, TheCheckCatchesAWrongKernel) {
+  Registry registry;
+  std::vector<absl::Status> refused = registry.LoadPlugins(
+      {std::string(KREG_PLUGIN_DIR) + "/kreg_topk.so", std::string(KREG_TEST_PLUGIN_DIR) + "/faulty/test_faulty.so"});
+  ASSERT_TRUE(refused.empty()) << refused[0];
+  std::shared_ptr<const Kernel> faulty = *registry.Get("topk/faulty");
+  std::shared_ptr<const Op> op = *registry.GetOp("topk");
+  absl::StatusOr<std::unique_ptr<Problem>> problem =
+      Problem::Make(op, registry.Reference("topk"), *op->ParseValues(Dims{{"batch", 3}, {"n", 50}, {"k", 5}}), {});
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  MeasureOptions options;
+  options.warmup = 0;
+  options.reps = 1;
+  Measurement ok = MeasureKernel(*faulty, *faulty->ParseConfig({{"mode", "ok"}}), {problem->get()}, options);
+  EXPECT_EQ(ok.status, TrialStatus::kOk) << ok.error;
+  Measurement wrong = MeasureKernel(*faulty, *faulty->ParseConfig({{"mode", "wrong"}}), {problem->get()}, options);
+  EXPECT_EQ(wrong.status, TrialStatus::kWrongResult);
+  EXPECT_THAT(wrong.error, HasSubstr("values[0, 0]"));
+}
+
+class KernelConformanceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::shared_ptr<const Kernel>> kernel = TheRegistry().Get(GetParam());
+    ASSERT_TRUE(kernel.ok()) << kernel.status();
+    kernel_ = *kernel;
+    if (!kernel_->available()) GTEST_SKIP() << Why(*kernel_);
+  }
+  std::shared_ptr<const Kernel> kernel_;
+};
+
+TEST_P(KernelConformanceTest, EdgeCasesOfItsOpAtEveryConfiguration) {
+  Tally tally;
+  for (const Case& c : EdgeCases(kernel_->op_info())) {
+    CheckKernel(*kernel_, c, tally);
+    if (HasFatalFailure() || testing::Test::HasFailure()) break;  // one failing case tells enough
+  }
+  std::cout << kernel_->name() << ": " << tally.cases << " edge cases, " << tally.runs << " checked runs, "
+            << tally.refused << " illegal combinations refused\n";
+  EXPECT_GE(tally.cases, 20);
+  EXPECT_GT(tally.runs, 0);
+}
+
+TEST_P(KernelConformanceTest, LargerRandomProblemsSampledConfigurations) {
+  // Each dim large in turn (the largest tensor about 200000 elements).
+  const Op& op = kernel_->op_info();
+  size_t rank = 1;
+  for (const TensorInfo& t : op.tensors()) rank = std::max(rank, t.shape.size());
+  const int64_t big = static_cast<int64_t>(std::pow(200000.0, 1.0 / static_cast<double>(rank))) | 1;
+  const std::vector<int64_t> sizes = {big, (big / 5) | 1, (big / 50) | 1};
+  Tally tally;
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    for (const auto& dtypes : DtypeChoices(op)) {
+      for (const NamedValues& attrs : AttrChoices(op)) {
+        Case c;
+        for (size_t i = 0; i < op.dims().size(); ++i) {
+          c.values.emplace_back(op.dims()[i].name, absl::StrCat(std::min(sizes[(i + r) % 3], op.dims()[i].max)));
+        }
+        c.values.insert(c.values.end(), attrs.begin(), attrs.end());
+        c.options.dtypes = dtypes;
+        c.options.seed = 100 + r;
+        CheckKernel(*kernel_, c, tally, /*max_configs=*/16);
+      }
+    }
+  }
+  EXPECT_GT(tally.cases, 0);
+  EXPECT_GT(tally.runs, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, KernelConformanceTest, ::testing::ValuesIn(NonReferenceKernels()), TestName);
+
+// ---- topk: every kernel on chosen inputs ---------------------------------------------
+
+// Runs every available non-reference topk kernel on `c` (seeds 1 and 2);
+// returns how many (problem, configuration) runs were checked.
+int CheckAllTopK(Case c, size_t max_configs = 0) {
+  Tally tally;
+  for (uint64_t seed : {1, 2}) {
+    c.options.seed = seed;
+    for (const auto& kernel : TheRegistry().Kernels("topk")) {
+      if (kernel->is_reference() || !kernel->available()) continue;
+      CheckKernel(*kernel, c, tally, max_configs);
+    }
+  }
+  EXPECT_EQ(tally.refused, 0);
+  return tally.runs;
+}
+
+NamedValues TopKDims(int64_t batch, int64_t n, int64_t k) {
+  return {{"batch", absl::StrCat(batch)}, {"n", absl::StrCat(n)}, {"k", absl::StrCat(k)}};
+}
+
+void CheckBothDtypesAndDirections(const NamedValues& dims, Dist dist, size_t max_configs = 0,
+                                  std::set<std::string> with = {}) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const char* largest : {"1", "0"}) {
+      Case c;
+      c.values = dims;
+      c.values.emplace_back("largest", largest);
+      c.options.dtypes["input"] = dtype;
+      c.options.dist = dist;
+      c.options.with = with;
+      EXPECT_GT(CheckAllTopK(c, max_configs), 0);
+    }
+  }
+}
+
+Tensor Row(std::vector<float> values) {
+  Tensor t(DType::kF32, {1, static_cast<int64_t>(values.size())});
+  std::memcpy(t.data(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+Tensor I32(std::vector<int32_t> values) {
+  Tensor t(DType::kI32, {static_cast<int64_t>(values.size())});
+  std::memcpy(t.data(), values.data(), values.size() * sizeof(int32_t));
+  return t;
+}
+
+std::shared_ptr<const Op> TopK() { return *TheRegistry().GetOp("topk"); }
+
+// A topk problem on the given inputs (dims from their shapes).
+std::unique_ptr<Problem> TopKProblem(std::map<std::string, Tensor> inputs, int64_t k, bool largest) {
+  ProblemOptions options;
+  options.inputs = std::move(inputs);
+  absl::StatusOr<Values> values =
+      TopK()->ParseValues(NamedValues{{"k", absl::StrCat(k)}, {"largest", largest ? "1" : "0"}});
+  EXPECT_TRUE(values.ok()) << values.status();
+  absl::StatusOr<std::unique_ptr<Problem>> problem =
+      Problem::Make(TopK(), TheRegistry().Reference("topk"), *values, options);
+  EXPECT_TRUE(problem.ok()) << problem.status();
+  return problem.ok() ? *std::move(problem) : nullptr;
+}
+
+const Tensor* Output(const Problem& p, absl::string_view name) {
+  for (const auto& [n, t] : p.outputs()) {
+    if (n == name) return t;
+  }
+  return nullptr;
+}
+
+template <typename T>
+std::vector<T> Elements(const Tensor& t) {
+  return {t.data_as<T>(), t.data_as<T>() + t.numel()};
+}
+
+// ---- The topk reference, pinned -----------------------------------------------------
+
+// Runs topk/reference (through the registry) and returns the indices.
+std::vector<int32_t> ReferenceIndices(const Tensor& input, int64_t k, bool largest) {
+  std::unique_ptr<Problem> problem = TopKProblem({{"input", input}}, k, largest);
+  if (problem == nullptr) return {};
+  std::shared_ptr<const Kernel> reference = TheRegistry().Reference("topk");
+  EXPECT_TRUE(reference->Run(reference->DefaultConfig(), *problem->args()).ok());
+  return Elements<int32_t>(*Output(*problem, "indices"));
+}
+
+TEST(TopKReferenceTest, NanAboveInfBothSignsTiesByIndexZerosEqual) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor row = Row({1.0f, -nan, kInf, -0.0f, nan, 0.0f, -kInf, 1.0f});
+  EXPECT_THAT(ReferenceIndices(row, 8, true), ElementsAre(1, 4, 2, 0, 7, 3, 5, 6));
+  EXPECT_THAT(ReferenceIndices(row, 8, false), ElementsAre(6, 3, 5, 0, 7, 2, 1, 4));
+}
+
+TEST(TopKReferenceTest, RaggedRowsPadWithMinusOneAndTheWorstValue) {
+  std::shared_ptr<const Kernel> reference = TheRegistry().Reference("topk");
+  ASSERT_NE(reference, nullptr);
+  for (bool largest : {true, false}) {
+    std::unique_ptr<Problem> problem =
+        TopKProblem({{"input", Row({5, 4, 3, 2, 1})}, {"row_starts", I32({3})}, {"row_ends", I32({5})}}, 3, largest);
+    ASSERT_NE(problem, nullptr);
+    ASSERT_TRUE(reference->Run(reference->DefaultConfig(), *problem->args()).ok());
+    std::vector<int32_t> indices = Elements<int32_t>(*Output(*problem, "indices"));
+    std::vector<float> values = Elements<float>(*Output(*problem, "values"));
+    EXPECT_THAT(indices, ElementsAre(largest ? 3 : 4, largest ? 4 : 3, -1));
+    EXPECT_THAT(values, ElementsAre(largest ? 2 : 1, largest ? 1 : 2, largest ? -kInf : kInf));
+  }
+}
+
+TEST(TopKReferenceTest, ValidationNamesTheProblem) {
+  // topk's order: input, row_starts, row_ends, values, indices, stats;
+  // dims batch, n, k; attribute largest.
+  const Op& op = *TopK();
+  Tensor input = Row({1, 2, 3});
+  Tensor values(DType::kF32, {1, 2}), indices(DType::kI32, {1, 2}), wrong(DType::kF32, {1, 2});
+  DLTensor* tensors[] = {input.dl(), nullptr, nullptr, values.dl(), indices.dl(), nullptr};
+  int64_t dims[] = {1, 3, 2};
+  kreg_scalar attrs[1];
+  attrs[0].i = 1;
+  kreg_args args{};
+  args.struct_size = sizeof args;
+  args.tensors = tensors;
+  args.num_tensors = 6;
+  args.dims = dims;
+  args.num_dims = 3;
+  args.attrs = attrs;
+  args.num_attrs = 1;
+  EXPECT_TRUE(op.Validate(args).ok()) << op.Validate(args);
+  tensors[4] = wrong.dl();
+  EXPECT_THAT(std::string(op.Validate(args).message()), HasSubstr("indices must be i32"));
+  tensors[4] = indices.dl();
+  dims[2] = -1;
+  EXPECT_THAT(std::string(op.Validate(args).message()), HasSubstr("k=-1 is negative"));
+  dims[2] = 2;
+  Tensor ends = I32({4});
+  tensors[2] = ends.dl();
+  EXPECT_THAT(std::string(op.Validate(args).message()), HasSubstr("row 0 has range [0, 4)"));
+  // Problem::Make refuses what Validate refuses, before any kernel runs.
+  absl::StatusOr<std::unique_ptr<Problem>> problem =
+      Problem::Make(TopK(), nullptr, *op.ParseValues(TopKDims(4, 10, 11)), {});
+  EXPECT_EQ(problem.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(problem.status().message()), HasSubstr("k=11 exceeds the row length n=10"));
+}
+
+// ---- topk: every kernel against the reference ---------------------------------------
+
+TEST(TopKConformanceTest, RandomShapesWholeGrid) {
+  for (const NamedValues& dims : {TopKDims(3, 100, 7), TopKDims(5, 1000, 64), TopKDims(2, 4099, 100)}) {
+    CheckBothDtypesAndDirections(dims, Dist::kNormal, /*max_configs=*/SIZE_MAX);
+  }
+}
+
+TEST(TopKConformanceTest, LargerShapesSampledGrid) {
+  // n=70000 with batch 1 also takes the path that cuts one row across threads.
+  for (const NamedValues& dims : {TopKDims(2, 3000, 1000), TopKDims(1, 70000, 33)}) {
+    CheckBothDtypesAndDirections(dims, Dist::kNormal, 8);
+  }
+}
+
+TEST(TopKConformanceTest, KEqualsOneAndKEqualsN) {
+  CheckBothDtypesAndDirections(TopKDims(4, 257, 1), Dist::kUniform);
+  CheckBothDtypesAndDirections(TopKDims(4, 257, 257), Dist::kUniform);
+}
+
+TEST(TopKConformanceTest, TinyAndEmptyShapes) {
+  CheckBothDtypesAndDirections(TopKDims(0, 10, 3), Dist::kNormal);
+  CheckBothDtypesAndDirections(TopKDims(3, 0, 0), Dist::kNormal);
+  CheckBothDtypesAndDirections(TopKDims(3, 10, 0), Dist::kNormal);
+  CheckBothDtypesAndDirections(TopKDims(1, 1, 1), Dist::kNormal);
+}
+
+TEST(TopKConformanceTest, EveryBitPatternNanInfZerosSubnormals) {
+  CheckBothDtypesAndDirections(TopKDims(6, 2000, 50), Dist::kBits, 64);
+  CheckBothDtypesAndDirections(TopKDims(3, 300, 300), Dist::kBits);
+}
+
+TEST(TopKConformanceTest, TiesEverywhere) {
+  CheckBothDtypesAndDirections(TopKDims(4, 5000, 300), Dist::kTies, 64);
+  CheckBothDtypesAndDirections(TopKDims(4, 100, 100), Dist::kTies);
+}
+
+TEST(TopKConformanceTest, RaggedRows) {
+  CheckBothDtypesAndDirections(TopKDims(40, 500, 20), Dist::kNormal, 64, {"row_starts", "row_ends"});
+  CheckBothDtypesAndDirections(TopKDims(40, 64, 64), Dist::kBits, 64, {"row_starts", "row_ends"});
+  CheckBothDtypesAndDirections(TopKDims(9, 100, 30), Dist::kTies, 64, {"row_starts"});
+  CheckBothDtypesAndDirections(TopKDims(9, 100, 30), Dist::kTies, 64, {"row_ends"});
+}
+
+TEST(TopKConformanceTest, AllEqualRows) {
+  for (float v : {0.0f, -0.0f, 1.5f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN()}) {
+    SCOPED_TRACE(v);
+    Tensor input(DType::kF32, {3, 1000});
+    for (int64_t i = 0; i < input.numel(); ++i) input.data_as<float>()[i] = v;
+    for (const char* largest : {"1", "0"}) {
+      Case c;
+      c.values = {{"k", "40"}, {"largest", largest}};
+      c.options.inputs["input"] = input;
+      EXPECT_GT(CheckAllTopK(c), 0);
+    }
+  }
+}
+
+TEST(TopKConformanceTest, NarrowRangeRowsShareTheirHighBits) {
+  // Thousands of distinct values within a few ulps of 1: one radix bucket.
+  Tensor input(DType::kF32, {2, 50000});
+  for (int64_t i = 0; i < input.numel(); ++i) {
+    uint32_t bits = 0x3f800000u + static_cast<uint32_t>((i * 7919) % 20000);
+    std::memcpy(&input.data_as<float>()[i], &bits, 4);
+  }
+  for (const char* largest : {"1", "0"}) {
+    Case c;
+    c.values = {{"k", "5000"}, {"largest", largest}};
+    c.options.inputs["input"] = input;
+    EXPECT_GT(CheckAllTopK(c, 8), 0);
+  }
+}
+
+TEST(TopKConformanceTest, AllWinnersInOneColumnStride) {
+  // The blockwise seed's adversary: every 128th column holds the winners.
+  Tensor input(DType::kF32, {2, 128 * 200});
+  for (int64_t i = 0; i < input.numel(); ++i) input.data_as<float>()[i] = (i % 128 == 0) ? 1.0f : 0.0f;
+  Case c;
+  c.values = {{"k", "64"}};
+  c.options.inputs["input"] = input;
+  EXPECT_GT(CheckAllTopK(c, 64), 0);
+}
+
+TEST(TopKConformanceTest, StridedInputRows) {
+  // Rows 1000 elements apart, only the first 700 of each are the row.
+  Tensor storage(DType::kF32, {4, 1000});
+  FillRandom(storage, Dist::kNormal, 3);
+  int64_t shape[2] = {4, 700}, strides[2] = {1000, 1};
+  DLTensor input = *storage.dl();
+  input.shape = shape;
+  input.strides = strides;
+  Tensor compact(DType::kF32, {4, 700});
+  for (int r = 0; r < 4; ++r) {
+    std::memcpy(compact.data_as<float>() + r * 700, storage.data_as<float>() + r * 1000, 700 * 4);
+  }
+  // The reference's answer on the compact copy.
+  std::unique_ptr<Problem> problem = TopKProblem({{"input", compact}}, 30, true);
+  ASSERT_NE(problem, nullptr);
+  std::shared_ptr<const Kernel> reference = TheRegistry().Reference("topk");
+  ASSERT_TRUE(reference->Run(reference->DefaultConfig(), *problem->args()).ok());
+  const Tensor& want_values = *Output(*problem, "values");
+  const Tensor& want_indices = *Output(*problem, "indices");
+  int checked = 0;
+  for (const auto& kernel : TheRegistry().Kernels("topk")) {
+    if (!kernel->available()) continue;
+    SCOPED_TRACE(kernel->name());
+    Tensor values(DType::kF32, {4, 30}), indices(DType::kI32, {4, 30});
+    DLTensor* tensors[] = {&input, nullptr, nullptr, values.dl(), indices.dl(), nullptr};
+    const int64_t dims[] = {4, 700, 30};
+    kreg_scalar attrs[1];
+    attrs[0].i = 1;
+    kreg_args args{};
+    args.struct_size = sizeof args;
+    args.tensors = tensors;
+    args.num_tensors = 6;
+    args.dims = dims;
+    args.num_dims = 3;
+    args.attrs = attrs;
+    args.num_attrs = 1;
+    absl::Status run = kernel->Run(kernel->DefaultConfig(), args);
+    ASSERT_TRUE(run.ok()) << run;
+    EXPECT_EQ(std::memcmp(indices.data(), want_indices.data(), indices.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(values.data(), want_values.data(), values.nbytes()), 0);
+    ++checked;
+  }
+  EXPECT_GE(checked, 3);  // the reference, sort and radix at least
+}
+
+TEST(TopKConformanceTest, EveryKernelIsCoveredOnThisMachineOrDeclaresWhyNot) {
+  const auto kernels = TheRegistry().Kernels("topk");
+  ASSERT_EQ(kernels.size(), 5u);
+  for (const auto& kernel : kernels) {
+    if (!kernel->available()) std::cout << "skipped: " << Why(*kernel) << "\n";
+  }
+  EXPECT_TRUE((*TheRegistry().Get("topk/sort"))->available());
+  EXPECT_TRUE((*TheRegistry().Get("topk/radix"))->available());
+  EXPECT_TRUE((*TheRegistry().Get("topk/reference"))->available());
+}
+
+// ---- topk: kernel-specific inputs ---------------------------------------------------
+
+// Runs one topk kernel with `params` on `input`, checks it against the
+// reference and returns the per-row stats.
+std::vector<int32_t> RunChecked(const std::string& name, const std::vector<std::pair<std::string, std::string>>& params,
+                                const Tensor& input, int64_t k, bool largest = true) {
+  std::shared_ptr<const Kernel> kernel = *TheRegistry().Get(name);
+  absl::StatusOr<Config> config = kernel->ParseConfig(params);
+  EXPECT_TRUE(config.ok()) << config.status();
+  if (!config.ok()) return {};
+  std::unique_ptr<Problem> problem = TopKProblem({{"input", input}}, k, largest);
+  if (problem == nullptr) return {};
+  EXPECT_TRUE(problem->ComputeReference().ok());
+  problem->PoisonOutputs();
+  absl::Status run = kernel->Run(*config, *problem->args());
+  EXPECT_TRUE(run.ok()) << run;
+  absl::Status check = problem->CheckOutputs();
+  EXPECT_TRUE(check.ok()) << check;
+  return Elements<int32_t>(*Output(*problem, "stats"));
+}
+
+TEST(TopKRadixTest, StaysExactWhenTheThresholdBucketOverflowsTheBuffer) {
+  std::shared_ptr<const Kernel> radix = *TheRegistry().Get("topk/radix");
+  if (!radix->available()) GTEST_SKIP() << Why(*radix);
+  // 50000 distinct values a few ulps apart share every first-pass bucket bit;
+  // the buffer holds 256. The seed kernel drops the overflow; radix refines.
+  Tensor input(DType::kF32, {1, 50000});
+  for (int64_t i = 0; i < input.numel(); ++i) {
+    uint32_t bits = 0x3f800000u + static_cast<uint32_t>((i * 7919) % 50000);
+    std::memcpy(&input.data_as<float>()[i], &bits, 4);
+  }
+  for (const char* first_bits : {"8", "12"}) {
+    for (const char* round_bits : {"4", "8"}) {
+      for (int64_t k : {1, 300, 20000}) {
+        SCOPED_TRACE(absl::StrCat(first_bits, " ", round_bits, " ", k));
+        RunChecked("topk/radix", {{"first_bits", first_bits}, {"round_bits", round_bits}, {"capacity", "256"}},
+                   input, k);
+        RunChecked("topk/radix", {{"first_bits", first_bits}, {"round_bits", round_bits}, {"capacity", "256"}},
+                   input, k, false);
+      }
+    }
+  }
+}
+
+TEST(TopKBlockwiseTest, ReportsTheDepthEachRowStoppedAt) {
+  std::shared_ptr<const Kernel> blockwise = *TheRegistry().Get("topk/blockwise");
+  if (!blockwise->available()) GTEST_SKIP() << Why(*blockwise);
+  Tensor normal(DType::kF32, {4, 201088});
+  FillRandom(normal, Dist::kNormal, 9);
+  std::vector<int32_t> depths =
+      RunChecked("topk/blockwise", {{"num_blocks", "128"}, {"m_schedule", "5,8,12"}}, normal, 64);
+  ASSERT_EQ(depths.size(), 4u);
+  for (int32_t depth : depths) {
+    EXPECT_EQ(depth, 4);  // top-4 of 128 blocks nearly always holds the top 64
+  }
+  // The seed's adversary: all winners in column stride 128, so in one block;
+  // no depth below k suffices and the row falls back to the whole range.
+  Tensor worst(DType::kF32, {2, 128 * 300});
+  for (int64_t i = 0; i < worst.numel(); ++i) worst.data_as<float>()[i] = (i % 128 == 0) ? 1.0f : 0.0f;
+  depths = RunChecked("topk/blockwise", {{"num_blocks", "128"}}, worst, 64);
+  ASSERT_EQ(depths.size(), 2u);
+  for (int32_t depth : depths) {
+    EXPECT_EQ(depth, 64);
+  }
+}
+
+TEST(TopKBlockwiseTest, TiesPushedDownKeepTheirColumnOrder) {
+  std::shared_ptr<const Kernel> blockwise = *TheRegistry().Get("topk/blockwise");
+  if (!blockwise->available()) GTEST_SKIP() << Why(*blockwise);
+  // 16 blocks; block 0 holds columns 0, 16 and 32. Inserting 9 at column 32
+  // pushes (5, col 0) down onto the tied (5, col 16): the earlier column
+  // must stay ahead, or the row stops early with column 0 lost.
+  Tensor input(DType::kF32, {1, 48});
+  for (int c : {0, 1, 2, 16}) input.data_as<float>()[c] = 5.0f;
+  input.data_as<float>()[32] = 9.0f;
+  RunChecked("topk/blockwise", {{"num_blocks", "16"}, {"m_schedule", "2"}}, input, 3);
+  // The same on many small rows full of ties, at every block count.
+  Tensor ties(DType::kF32, {64, 300});
+  FillRandom(ties, Dist::kTies, 4);
+  for (const char* blocks : {"16", "32", "64"}) {
+    for (const char* schedule : {"2", "3", "2,4", "5,8,12"}) {
+      SCOPED_TRACE(absl::StrCat(blocks, " ", schedule));
+      for (int64_t k : {2, 5, 20}) {
+        RunChecked("topk/blockwise", {{"num_blocks", blocks}, {"m_schedule", schedule}}, ties, k);
+        RunChecked("topk/blockwise", {{"num_blocks", blocks}, {"m_schedule", schedule}}, ties, k, false);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kreg
