@@ -99,9 +99,14 @@ def default_configs(binary):
     out = {}
     for plugin in json.loads(kreg(["list", "--json"], binary))["plugins"]:
         for k in plugin["kernels"]:
-            if k["name"].startswith("topk/") and k["available"]:
-                out[k["name"][len("topk/"):]] = [f"{p['name']}={p['default']}" for p in k["params"]]
+            if k["kernel"].startswith("topk/") and k["available"] and not k["reference"]:
+                out[k["variant"]] = [f"{name}={param_text(value)}" for name, value in k["default_params"].items()]
     return out
+
+
+def param_text(value):
+    """A --param value as kreg reads it: lists as 5,8,12."""
+    return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
 
 
 def describe(trial):
@@ -110,7 +115,7 @@ def describe(trial):
 
 def tune(shape, strategy, db_path, args):
     cmd = ["tune", "topk", "--dims", shape, "--db", db_path, "--strategy", strategy,
-           "--max_list_len", str(args.max_list_len), "--json"]
+           "--max-list-len", str(args.max_list_len), "--json"]
     start = time.monotonic()
     out = json.loads(kreg(cmd, args.kreg))
     out["wall_s"] = time.monotonic() - start
@@ -132,7 +137,7 @@ def measure_all(entries, shape, args):
 
 
 def run_description(out):
-    params = " ".join(f"{k}={v}" for k, v in out["params"].items())
+    params = " ".join(f"{k}={param_text(v)}" for k, v in out["params"].items())
     return f"{out['kernel']} {params}".strip()
 
 
@@ -169,7 +174,8 @@ def main():
                     os.remove(stale)
             log(f"{shape}: kreg tune --strategy {strategy}")
             tuned[strategy] = tune(shape, strategy, dbs[strategy], args)
-            log(f"  {tuned[strategy]['best']}  ({tuned[strategy]['wall_s']:.1f} s)")
+            best = tuned[strategy]["best"]
+            log(f"  {best['kernel'] if best else 'no candidate succeeded'}  ({tuned[strategy]['wall_s']:.1f} s)")
         best = {s: winners(dbs[s], args.kreg)[0] for s in dbs}
         _, per_variant = winners(dbs["exhaustive"], args.kreg)
 
@@ -204,7 +210,7 @@ def main():
         time_ratio = tuned["halving"]["wall_s"] / tuned["exhaustive"]["wall_s"]
         met = "yes" if best_ratio <= TARGET_BEST and time_ratio <= TARGET_TIME else "no"
         halving_rows.append(
-            f"| {label} | {tuned['exhaustive']['candidates']} | {describe(best['exhaustive'])} | "
+            f"| {label} | {tuned['exhaustive']['counts']['candidates']} | {describe(best['exhaustive'])} | "
             f"{tuned['exhaustive']['wall_s']:.1f} | {describe(best['halving'])} | {tuned['halving']['wall_s']:.1f} | "
             f"{exh_ms:.3f} | {halv_ms:.3f} | {best_ratio:.3f}{' (same config)' if same else ''} | "
             f"{time_ratio:.1%} | {met} |")

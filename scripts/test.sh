@@ -12,7 +12,7 @@ rm -rf "$prefix"
 cmake --install build/release --prefix "$prefix" >/dev/null
 cmake -S examples -B build/example -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build build/example
-build/example/topk_example --plugin-path "$prefix/lib/kreg/plugins" --db "$prefix/share/kreg/tables/topk.txtpb"
+build/example/topk_example --plugin-path "$prefix/lib/kreg/plugins" --db "$prefix/share/kreg/tables/amd-epyc-avx2-2c.txtpb"
 # A plugin built outside the tree against the installed package (the ABI
 # alone), listed and run by the installed kreg.
 cmake -S examples/plugin -B build/plugin_example -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null

@@ -1,10 +1,13 @@
-// The kreg binary, end to end: listing, checked runs, .npy round trips, and
-// one clear line with a non-zero exit for each kind of bad input.
+// The kreg binary, end to end: listing, checked runs, .npy round trips, help
+// pages, --json records, and one clear line with exit code 2 for each kind of
+// bad input.
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -16,6 +19,8 @@ namespace kreg {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
+using Json = nlohmann::json;
 
 Result Kreg(const std::string& args, const std::string& env = "") { return RunKreg(KREG_PLUGIN_DIR, args, env); }
 
@@ -36,8 +41,27 @@ TEST(CliTest, ListShowsTheSortKernelAndItsParameterSpace) {
   EXPECT_THAT(r.out, HasSubstr("choice {partial_sort,nth_element}"));
   r = Kreg("list --json");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("\"name\":\"topk/sort\""));
-  EXPECT_THAT(r.out, HasSubstr("\"default\":\"partial_sort\""));
+  const Json list = Json::parse(r.stdout_text);
+  bool found = false;
+  for (const Json& plugin : list["plugins"]) {
+    for (const Json& kernel : plugin["kernels"]) {
+      if (kernel["kernel"] != "topk/sort") continue;
+      found = true;
+      EXPECT_EQ(kernel["op"], "topk");
+      EXPECT_TRUE(kernel["version"].is_number_integer());
+      EXPECT_EQ(kernel["default_params"], Json::parse(R"({"method":"partial_sort"})"));
+      ASSERT_EQ(kernel["space"].size(), 1u);
+      EXPECT_EQ(kernel["space"][0]["type"], "choice");
+    }
+    for (const Json& kernel : plugin["kernels"]) {
+      if (kernel["kernel"] == "topk/blockwise") {
+        // Integers as numbers, lists as arrays.
+        EXPECT_TRUE(kernel["default_params"]["num_blocks"].is_number_integer()) << kernel;
+        EXPECT_TRUE(kernel["default_params"]["m_schedule"].is_array()) << kernel;
+      }
+    }
+  }
+  EXPECT_TRUE(found) << r.out;
 }
 
 TEST(CliTest, CheckedRunReportsOk) {
@@ -47,9 +71,17 @@ TEST(CliTest, CheckedRunReportsOk) {
   r = Kreg("run topk/sort --dims batch=8,n=1000,k=10,largest=0 --with row_starts,row_ends --dtype bf16 --dist bits "
            "--param method=nth_element --check --json --reps 3");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("\"check\":\"ok\""));
-  EXPECT_THAT(r.out, HasSubstr("\"median_ns\":"));
-  EXPECT_THAT(r.out, HasSubstr("\"params\":{\"method\":\"nth_element\"}"));
+  const Json m = Json::parse(r.stdout_text);
+  EXPECT_EQ(m["check"], "ok");
+  EXPECT_TRUE(m["median_ns"].is_number_integer()) << m;
+  EXPECT_TRUE(m["min_ns"].is_number_integer()) << m;
+  EXPECT_GT(m["median_ns"].get<int64_t>(), 0);
+  EXPECT_EQ(m["params"], Json::parse(R"({"method":"nth_element"})"));
+  EXPECT_EQ(m["key"]["dims"], Json::parse(R"({"batch":8,"n":1000,"k":10,"largest":0})"));
+  EXPECT_EQ(m["key"]["dtype"], "bf16+row_starts+row_ends");
+  EXPECT_EQ(m["key"]["data_class"], "dist=bits");
+  EXPECT_TRUE(m["chosen_by"].is_null());
+  EXPECT_EQ(m["kernel"], "topk/sort");
 }
 
 TEST(CliTest, NpyRoundTripMatchesTheReference) {
@@ -88,13 +120,14 @@ struct BadInput {
   const char* name;
   const char* args;
   const char* message;
+  int code = 2;  // bad input
 };
 
 void PrintTo(const BadInput& c, std::ostream* os) { *os << c.name; }
 
 class CliErrorTest : public ::testing::TestWithParam<BadInput> {};
 
-TEST_P(CliErrorTest, OneClearLineAndNonZeroExit) {
+TEST_P(CliErrorTest, OneClearLineAndItsExitCode) {
   const std::string dir = Dir(GetParam().name);
   std::ofstream(dir + "/garbage.npy") << "not numpy at all";
   Tensor wrong(DType::kI32, {2, 2});
@@ -102,8 +135,10 @@ TEST_P(CliErrorTest, OneClearLineAndNonZeroExit) {
   std::string args = GetParam().args;
   for (size_t at; (at = args.find("DIR")) != std::string::npos;) args.replace(at, 3, dir);
   Result r = Kreg(args);
-  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_EQ(r.code, GetParam().code) << r.out;
   EXPECT_EQ(Lines(r.out), 1) << r.out;
+  EXPECT_EQ(r.stdout_text, "");
+  EXPECT_THAT(r.stderr_text, ::testing::StartsWith("kreg"));
   EXPECT_THAT(r.out, HasSubstr(GetParam().message));
 }
 
@@ -133,11 +168,32 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"unknown_input", "run topk/sort --dims batch=2,n=2,k=1 --input weights=DIR/int.npy",
                  "unknown input 'weights'"},
         BadInput{"bad_dist", "run topk/sort --dims batch=2,n=10,k=1 --dist cauchy", "unknown distribution"},
-        BadInput{"flag_not_for_list", "list --reps 3", "--reps does not apply to 'kreg list'"},
-        BadInput{"unknown_command", "frobnicate", "unknown command 'frobnicate'"},
+        BadInput{"flag_not_for_list", "list --reps 3", "kreg list: --reps does not apply to 'kreg list'"},
+        BadInput{"flag_not_for_query", "query topk --dims batch=1,n=10,k=1 --db x.lut --max_list_len 3",
+                 "--max-list-len does not apply to 'kreg query' (it is a flag of tune)"},
+        BadInput{"unknown_command", "frobnicate", "kreg: unknown command 'frobnicate'"},
+        BadInput{"misspelt_command", "lsit", "unknown command 'lsit'; did you mean list?"},
+        BadInput{"unknown_db_command", "db shwo x.lut", "kreg db: unknown command 'shwo'; did you mean show?"},
         BadInput{"missing_plugin_path", "list --plugin_path=/nonexistent", "'/nonexistent' does not exist"},
-        BadInput{"unknown_flag", "list --bogus", "Unknown command line flag 'bogus'"},
-        BadInput{"huge_dims", "run topk/sort --dims batch=1000000000,n=1000000000,k=1", "out of memory"},
+        BadInput{"unknown_flag", "list --bogus", "kreg list: unknown flag '--bogus'"},
+        BadInput{"misspelt_flag", "run topk/sort --dim batch=2,n=10,k=1", "kreg run: unknown flag '--dim'; did you mean --dims?"},
+        BadInput{"misspelt_flag_with_value", "run topk/sort --dims batch=2,n=10,k=1 --chek",
+                 "unknown flag '--chek'; did you mean --check?"},
+        BadInput{"flag_without_value", "run topk/sort --dims", "kreg run: --dims needs a value"},
+        BadInput{"bad_reps", "run topk/sort --dims batch=2,n=10,k=1 --reps 0", "--reps: must be at least 1, got 0"},
+        BadInput{"reps_not_a_number", "run topk/sort --dims batch=2,n=10,k=1 --reps many", "--reps: 'many' is not an integer"},
+        BadInput{"missing_kernel", "run --dims batch=2,n=10,k=1", "kreg run: KERNEL is required"},
+        BadInput{"two_dims_for_run", "run topk/sort --dims batch=2,n=10,k=1 --dims batch=3,n=10,k=1", "run takes one --dims"},
+        BadInput{"unexpected_argument", "run topk/sort extra --dims batch=2,n=10,k=1", "unexpected argument 'extra'"},
+        BadInput{"missing_db", "run topk --db /nonexistent.lut --dims batch=2,n=10,k=1", "/nonexistent.lut"},
+        BadInput{"db_with_variant", "run topk/sort --db x.lut --dims batch=2,n=10,k=1",
+                 "--db applies to 'kreg run OP --db FILE' (a table's choice), not to OP/VARIANT"},
+        BadInput{"missing_db_for_query", "query topk --db /nonexistent.lut --dims batch=2,n=10,k=1", "/nonexistent.lut"},
+        BadInput{"missing_db_for_show", "db show /nonexistent.lut", "kreg db show: /nonexistent.lut"},
+        BadInput{"db_without_command", "db", "kreg db: give one of: show FILE"},
+        BadInput{"json_for_db", "db show x.lut --json", "--json does not apply to 'kreg db show'"},
+        BadInput{"help_for_nothing", "help frobnicate", "kreg help: no command 'frobnicate'"},
+        BadInput{"huge_dims", "run topk/sort --dims batch=1000000000,n=1000000000,k=1", "out of memory", 1},
         BadInput{"dim_over_limit", "run topk/sort --dims batch=1,n=2147483648,k=1", "n=2147483648 exceeds its limit"},
         BadInput{"attr_out_of_range", "run topk/sort --dims batch=1,n=10,k=1,largest=2", "largest=2 is outside [0, 1]"},
         BadInput{"with_not_optional", "run topk/sort --dims batch=1,n=10,k=1 --with input",
@@ -175,6 +231,118 @@ TEST(CliTest, BrokenPluginsAreWarnedAboutAndDoNotStopTheRest) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("topk/sort"));
   EXPECT_THAT(r.out, HasSubstr("warning: plugin " + std::string(KREG_TEST_PLUGIN_DIR) + "/test_wrong_abi.so refused"));
+}
+
+// Every command's --help, and `kreg help COMMAND`, print that command's page:
+// usage, its flags with defaults, an example; exit 0.
+TEST(CliTest, EveryCommandHasItsOwnHelpPage) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> pages = {
+      {"list", {"--json"}},
+      {"run", {"--dims NAME=V,...", "--param NAME=V", "--input NAME=FILE", "--save-outputs DIR", "--check",
+               "--db FILE", "--data-class TEXT", "--reps N", "(default: 10)", "--warmup N", "(default: 3)",
+               "--dist NAME", "(default: normal)"}},
+      {"tune", {"--dims NAME=V,...", "--db FILE", "--variants", "--strategy NAME", "(default: halving)", "--budget",
+                "--timeout SECONDS", "(default: 30)", "--max-list-len N", "--list-growth-rounds N", "--data-class",
+                "--input NAME=FILE", "--threads N"}},
+      {"query", {"--dims NAME=V,...", "--db FILE", "--dtype TYPE", "--data-class TEXT"}},
+      {"db", {"show", "export", "merge", "diff", "slim"}},
+      {"db show", {"FILE"}},
+      {"db export", {"FILE"}},
+      {"db merge", {"OUT", "IN"}},
+      {"db diff", {"A", "B", "Exits 0 when the winners agree"}},
+      {"db slim", {"IN", "OUT"}},
+  };
+  for (const auto& [command, shows] : pages) {
+    Result r = Kreg(command + " --help");
+    ASSERT_EQ(r.code, 0) << command << ": " << r.out;
+    EXPECT_EQ(r.stderr_text, "") << command;
+    EXPECT_THAT(r.out, ::testing::StartsWith("Usage: kreg " + command)) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("Examples:\n  kreg " + command)) << r.out;
+    for (const std::string& s : shows) EXPECT_THAT(r.out, HasSubstr(s)) << command << ": " << r.out;
+    // One spelling per flag, no build noise.
+    EXPECT_THAT(r.out, Not(HasSubstr("_outputs"))) << r.out;
+    EXPECT_THAT(r.out, Not(HasSubstr("data_class"))) << r.out;
+    EXPECT_THAT(r.out, Not(HasSubstr(".cc"))) << r.out;
+    EXPECT_THAT(r.out, Not(HasSubstr("Debug"))) << r.out;
+    // Flags of other commands stay on their own pages.
+    if (command != "run") {
+      EXPECT_THAT(r.out, Not(HasSubstr("--save-outputs"))) << command;
+    }
+    if (command != "tune") {
+      EXPECT_THAT(r.out, Not(HasSubstr("--max-list-len"))) << command;
+    }
+    Result help = Kreg("help " + command);
+    EXPECT_EQ(help.code, 0) << help.out;
+    EXPECT_EQ(help.out, r.out) << command;
+    Result short_flag = Kreg(command + " -h");
+    EXPECT_EQ(short_flag.out, r.out) << command;
+  }
+}
+
+TEST(CliTest, GlobalHelpListsTheCommands) {
+  for (const std::string args : {"--help", "help", "-h"}) {
+    Result r = Kreg(args);
+    ASSERT_EQ(r.code, 0) << args << ": " << r.out;
+    EXPECT_EQ(r.stderr_text, "");
+    for (const char* command : {"list", "run", "tune", "query", "db"}) {
+      EXPECT_THAT(r.out, ::testing::ContainsRegex(std::string("\n  ") + command + " +[a-z]")) << r.out;
+    }
+    EXPECT_THAT(r.out, HasSubstr("--plugin-path PATHS"));
+    EXPECT_THAT(r.out, HasSubstr("--version"));
+    EXPECT_THAT(r.out, HasSubstr("Exit status"));
+  }
+  // No command: the same page, on stderr, as a usage error.
+  Result r = RunCommand("", KREG_BIN, "");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.stdout_text, "");
+  EXPECT_THAT(r.stderr_text, ::testing::StartsWith("Usage: kreg"));
+  r = Kreg("");  // a global flag, no command
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.stderr_text, ::testing::StartsWith("Usage: kreg"));
+}
+
+TEST(CliTest, VersionIsTheProjectVersion) {
+  Result r = Kreg("--version");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_THAT(r.stdout_text, ::testing::MatchesRegex("kreg [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  EXPECT_EQ(r.stderr_text, "");
+}
+
+// One documented spelling with dashes; the old underscored one still works.
+TEST(CliTest, DashedAndUnderscoredSpellingsBothWork) {
+  const std::string dir = Dir("spellings");
+  for (const std::string flag : {"--save-outputs", "--save_outputs", "--save-outputs=", "--save_outputs="}) {
+    const std::string out = dir + "/" + std::to_string(flag.size()) + (flag.back() == '=' ? "eq" : "");
+    std::filesystem::remove_all(out);
+    Result r = Kreg("run topk/sort --dims batch=2,n=100,k=3 --reps 1 --warmup 0 " + flag +
+                    (flag.back() == '=' ? "" : " ") + out);
+    ASSERT_EQ(r.code, 0) << flag << ": " << r.out;
+    EXPECT_TRUE(std::filesystem::exists(out + "/values.npy")) << flag;
+  }
+  for (const std::string flag : {"--plugin-path", "--plugin_path"}) {
+    Result r = RunCommand("", KREG_BIN, flag + " " + KREG_PLUGIN_DIR + " list");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("topk/sort"));
+    // Global flags go before or after the command.
+    r = RunCommand("", KREG_BIN, "list --json " + flag + "=" + KREG_PLUGIN_DIR);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("\"topk/sort\""));
+  }
+  // Repeated flags, --flag=V and --flag V alike.
+  const std::string x = dir + "/x.npy", e = dir + "/e.npy";
+  Tensor input(DType::kF32, {2, 50});
+  FillRandom(input, Dist::kNormal, 3);
+  Tensor ends(DType::kI32, {2});
+  ends.data_as<int32_t>()[0] = 10;
+  ends.data_as<int32_t>()[1] = 50;
+  ASSERT_TRUE(WriteNpy(x, input).ok());
+  ASSERT_TRUE(WriteNpy(e, ends).ok());
+  Result r = Kreg("run topk/radix --dims=k=4 --input input=" + x + " --input=row_ends=" + e +
+                  " --param first_bits=8 --param=round_bits=4 --check --reps 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("f32+row_ends batch=2,n=50,k=4"));
+  EXPECT_THAT(r.out, HasSubstr("first_bits=8 round_bits=4"));
+  EXPECT_THAT(r.out, HasSubstr("check ok"));
 }
 
 }  // namespace

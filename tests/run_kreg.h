@@ -3,27 +3,45 @@
 #define KREG_TESTS_RUN_KREG_H_
 
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 namespace kreg {
 
 struct Result {
   int code;         // exit status (128 if killed)
-  std::string out;  // stdout and stderr together
+  std::string out;  // stdout, then stderr
+  std::string stdout_text;
+  std::string stderr_text;
 };
+
+// Runs `sh -c "ENV BINARY ARGS"`, stdout and stderr apart.
+inline Result RunCommand(const std::string& env, const std::string& binary, const std::string& args) {
+  static std::atomic<int> counter{0};
+  const std::string err_file = "/tmp/kreg_test_stderr_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+  std::string cmd = env + " " + binary + " " + args + " 2>" + err_file;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  Result r{128, "", "", ""};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.stdout_text.append(buf, n);
+  int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  std::ifstream in(err_file, std::ios::binary);
+  r.stderr_text.assign(std::istreambuf_iterator<char>(in), {});
+  std::remove(err_file.c_str());
+  r.out = r.stdout_text + r.stderr_text;
+  return r;
+}
 
 // Runs `env kreg --plugin_path=PLUGINS args`.
 inline Result RunKreg(const std::string& plugins, const std::string& args, const std::string& env = "") {
-  std::string cmd = env + " " + std::string(KREG_BIN) + " --plugin_path=" + plugins + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+  return RunCommand(env, KREG_BIN, "--plugin_path=" + plugins + " " + args);
 }
 
 }  // namespace kreg

@@ -1,8 +1,9 @@
 // kreg tune, query, run --db and db, end to end through the binary: isolation
-// of crashing and hanging candidates, checkpoints and resume, Ctrl-C; keys of
-// optional inputs (ragged topk rows) and of the op's data class; and a new op
-// (axpy, declared by a test plugin) tuned, queried and run with no host
-// change.
+// of crashing and hanging candidates, checkpoints and resume, Ctrl-C and
+// budgets; keys of optional inputs (ragged topk rows) and of the op's data
+// class (any bytes); --json records; db diff's exit code and db slim; and a
+// new op (axpy, declared by a test plugin) tuned, queried and run with no
+// host change.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,9 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kreg/lut.h"
@@ -27,21 +31,15 @@ namespace kreg {
 namespace {
 
 using ::testing::HasSubstr;
+using Json = nlohmann::json;
 
 const std::string kPlugins = std::string(KREG_PLUGIN_DIR) + ":" + KREG_TEST_PLUGIN_DIR + "/faulty";
 
 Result Kreg(const std::string& args) { return RunKreg(kPlugins, args); }
 
-// `kreg --plugin-path DIR args` (the dashed spelling), stdout and stderr.
+// `kreg --plugin-path DIR args` (the dashed spelling).
 Result KregWith(const std::string& plugin_dir, const std::string& args) {
-  std::string cmd = std::string(KREG_BIN) + " --plugin-path " + plugin_dir + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+  return RunCommand("", KREG_BIN, "--plugin-path " + plugin_dir + " " + args);
 }
 
 // A scratch folder for input files.
@@ -115,35 +113,57 @@ TEST(TuneTest, QueryAndDispatchedRunAnswerFromTheTable) {
   r = Kreg("db show " + db);
   EXPECT_THAT(r.out, HasSubstr("topk f32 batch=8,n=4000,k=16"));
   r = Kreg("db diff " + db + " " + db);
+  EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("the winners agree everywhere"));
 }
 
-TEST(TuneTest, BadInputGetsOneClearLine) {
+TEST(TuneTest, BadInputGetsOneClearLineAndExitCode2) {
+  const std::string db = Db("never_written");
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
-           {"tune topk --dims batch=2,n=10,k=3", "tune needs --db FILE"},
-           {"tune topk --db /tmp/x.lut", "tune needs at least one --dims"},
-           {"tune topk --dims batch=2,n=10,k=30 --db /tmp/x.lut", "k=30 exceeds the row length n=10"},
-           {"tune topk --dims batch=2,n=10,k=3 --strategy genetic --db /tmp/x.lut", "unknown strategy 'genetic'"},
-           {"tune topk --dims batch=2,n=10,k=3 --variants quick --db /tmp/x.lut", "no kernel 'topk/quick'"},
+           {"tune topk --dims batch=2,n=10,k=3", "kreg tune: --db is required"},
+           {"tune --dims batch=2,n=10,k=3 --db DB", "kreg tune: OP is required"},
+           {"tune topk --db DB", "tune needs --dims"},
+           {"tune topk --dims batch=2,n=10,k=30 --db DB", "k=30 exceeds the row length n=10"},
+           {"tune topk --dims batch=2,n=10,k=3 --strategy genetic --db DB", "unknown strategy 'genetic'"},
+           {"tune topk --dims batch=2,n=10,k=3 --variants quick --db DB", "no kernel 'topk/quick'"},
            // Ragged rows are optional inputs now (--with row_ends), not a dim.
-           {"tune topk --dims batch=2,n=10,k=3,ragged=1 --db /tmp/x.lut", "unknown dimension or attribute 'ragged'"},
-           {"tune topk --dims batch=2,n=10,k=3 --with bogus --db /tmp/x.lut", "'bogus' is not an optional input"},
-           {"tune topk --dims batch=2,n=10,k=3 --dtype f64 --db /tmp/x.lut", "--dtype 'f64'"},
-           {"tune gmm --dims m=3 --db /tmp/x.lut", "gmm"},
-           {"query topk --dims batch=2,n=10,k=3 --db /nonexistent.lut", "/nonexistent.lut"},
+           {"tune topk --dims batch=2,n=10,k=3,ragged=1 --db DB", "unknown dimension or attribute 'ragged'"},
+           // Every problem is read before the first sweep starts.
+           {"tune topk --dims batch=2,n=100,k=3 --dims batch=2,n=100,kk=3 --db DB", "'kk'"},
+           {"tune topk --dims batch=2,n=10,k=3 --with bogus --db DB", "'bogus' is not an optional input"},
+           {"tune topk --dims batch=2,n=10,k=3 --dtype f64 --db DB", "--dtype 'f64'"},
+           {"tune topk --dims k=3 --input input=/nonexistent.npy --db DB", "/nonexistent.npy"},
+           {"tune topk --dims batch=2,n=10,k=3 --timeout 0 --db DB", "--timeout: must be more than 0"},
+           {"tune topk --dims batch=2,n=10,k=3 --max-list-len 0 --db DB", "--max-list-len: must be at least 1"},
+           {"tune topk --dims batch=2,n=10,k=3 --check --db DB", "--check does not apply to 'kreg tune'"},
+           {"tune topk --dims batch=2,n=10,k=3 --db DB --budgte 3", "did you mean --budget?"},
+           {"tune gmm --dims m=3 --db DB", "unknown op 'gmm'"},
+           {"query topk --dims batch=2,n=10,k=3 --db /nonexistent.lut", "kreg query: /nonexistent.lut"},
+           {"query topk --db DB", "kreg query: --dims is required"},
+           {"query topk --dims batch=2,n=10,k=3 --variants sort --db DB", "--variants does not apply to 'kreg query'"},
        }) {
-    Result r = Kreg(args);
-    EXPECT_NE(r.code, 0) << args;
+    std::string line = args;
+    if (size_t at = line.find("DB"); at != std::string::npos) line.replace(at, 2, db);
+    Result r = Kreg(line);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
     EXPECT_THAT(r.out, HasSubstr(message));
   }
+  EXPECT_FALSE(std::filesystem::exists(db));
   const std::string corrupt = Db("corrupt");
   std::ofstream(corrupt) << "definitely not a table";
   Result r = Kreg("tune topk --dims batch=2,n=100,k=3 --variants sort --db " + corrupt);
-  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr(corrupt));
   std::ifstream in(corrupt);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "definitely not a table");
+  // A table named on the command line that is not one is bad input too.
+  for (const std::string command : {"query topk --dims batch=2,n=10,k=3 --db ", "db show ", "db export ",
+                                    "run topk --dims batch=2,n=10,k=3 --db "}) {
+    r = Kreg(command + corrupt);
+    EXPECT_EQ(r.code, 2) << command << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr(corrupt)) << command;
+  }
 }
 
 // Regression: a table tuned on ragged rows (row_ends given) must answer the
@@ -273,11 +293,12 @@ TEST(TuneTest, TheOpsDataClassKeysTuningAndDispatch) {
   EXPECT_THAT(r.out, HasSubstr("[default]"));
 }
 
-// Starts `kreg tune ...` in the background; returns its pid.
-pid_t Spawn(const std::string& args) {
+// Starts `kreg tune ...` in the background, its output into `log`; returns
+// its pid.
+pid_t Spawn(const std::string& args, const std::string& log = "/dev/null") {
   pid_t pid = fork();
   if (pid == 0) {
-    std::string cmd = std::string(KREG_BIN) + " --plugin_path=" + kPlugins + " " + args + " >/dev/null 2>&1";
+    std::string cmd = std::string(KREG_BIN) + " --plugin_path=" + kPlugins + " " + args + " >" + log + " 2>&1";
     execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -313,8 +334,9 @@ TEST(TuneTest, ASweepKilledMidwayResumesFromItsCheckpoint) {
 
 TEST(TuneTest, CtrlCStopsCleanlyAndLeavesAValidTable) {
   const std::string db = Db("interrupted");
+  const std::string log = ::testing::TempDir() + "/kreg_tune_interrupted.log";
   pid_t pid = Spawn("tune topk --dims batch=4,n=2000,k=10 --variants faulty --strategy exhaustive --reps 3 "
-                    "--timeout 60 --db " + db);
+                    "--timeout 60 --db " + db, log);
   ASSERT_TRUE(WaitForTrial(db, "crash"));
   kill(pid, SIGINT);
   int status = 0;
@@ -325,6 +347,194 @@ TEST(TuneTest, CtrlCStopsCleanlyAndLeavesAValidTable) {
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_NE(Trial(*table, "ok"), nullptr);
   EXPECT_EQ(Trial(*table, "hang"), nullptr);  // cut short: not a result
+  std::ifstream in(log);
+  const std::string out(std::istreambuf_iterator<char>(in), {});
+  EXPECT_THAT(out, HasSubstr("kreg tune: interrupted; every finished measurement is in " + db +
+                             "; run the same command again to resume\n"));
+}
+
+// A sweep its budget cuts short still prints (and records) its best so far,
+// says so, and exits 0; the table's answers say "incomplete".
+TEST(TuneTest, ABudgetCutsASweepShortAndSaysSo) {
+  const std::string db = Db("budget");
+  Result r = Kreg("tune topk --dims batch=16,n=20000,k=64 --variants blockwise,radix --budget 0.05 --reps 3 --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.stdout_text, HasSubstr("(incomplete: the budget ran out)"));
+  EXPECT_THAT(r.stdout_text, HasSubstr("topk f32 batch=16,n=20000,k=64 @"));
+  r = Kreg("query topk --dims batch=16,n=20000,k=64 --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(", incomplete]"));
+  r = Kreg("query topk --dims batch=16,n=20000,k=64 --db " + db + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(Json::parse(r.stdout_text)["incomplete"], true);
+  r = Kreg("run topk --dims batch=16,n=20000,k=64 --reps 2 --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("(chosen by the table: exact, incomplete)"));
+}
+
+// One schema per kind of record: tune results, answers (query, and run's
+// chosen_by) and measurements; dims and params as objects, times as
+// integer nanoseconds.
+TEST(TuneTest, JsonRecordsOfTuneQueryAndRunParse) {
+  const std::string db = Db("json");
+  Result r = Kreg("--json tune topk --dims batch=8,n=4000,k=16 --dims batch=4,n=1000,k=8 --variants sort,radix "
+                  "--reps 3 --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<Json> results;
+  for (absl::string_view line : absl::StrSplit(r.stdout_text, '\n', absl::SkipEmpty())) {
+    results.push_back(Json::parse(line));
+  }
+  ASSERT_EQ(results.size(), 2u) << r.stdout_text;
+  const Json& t = results[0];
+  EXPECT_EQ(t["key"]["op"], "topk");
+  EXPECT_EQ(t["key"]["dtype"], "f32");
+  EXPECT_EQ(t["key"]["dims"], Json::parse(R"({"batch":8,"n":4000,"k":16})"));
+  EXPECT_EQ(t["key"]["data_class"], "");
+  EXPECT_TRUE(t["key"]["machine"].is_string());
+  ASSERT_TRUE(t["best"].is_object()) << t;
+  EXPECT_THAT(t["best"]["kernel"].get<std::string>(), ::testing::StartsWith("topk/"));
+  EXPECT_TRUE(t["best"]["params"].is_object()) << t;
+  EXPECT_TRUE(t["best"]["median_ns"].is_number_integer()) << t;
+  EXPECT_TRUE(t["best"]["version"].is_number_integer()) << t;
+  EXPECT_TRUE(t["runner_up"].is_object() || t["runner_up"].is_null()) << t;
+  EXPECT_TRUE(t["counts"]["candidates"].is_number_integer()) << t;
+  EXPECT_TRUE(t["counts"]["failed"].is_number_integer()) << t;
+  EXPECT_TRUE(t["seconds"].is_number()) << t;
+  EXPECT_EQ(t["complete"], true);
+  EXPECT_EQ(results[1]["key"]["dims"], Json::parse(R"({"batch":4,"n":1000,"k":8})"));
+
+  r = Kreg("query topk --dims batch=8,n=4000,k=16 --dims batch=16,n=5000,k=20 --db " + db + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<Json> answers;
+  for (absl::string_view line : absl::StrSplit(r.stdout_text, '\n', absl::SkipEmpty())) {
+    answers.push_back(Json::parse(line));
+  }
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_EQ(answers[0]["match"], "exact");
+  EXPECT_EQ(answers[0]["kernel"], t["best"]["kernel"]);
+  EXPECT_EQ(answers[0]["params"], t["best"]["params"]);
+  EXPECT_EQ(answers[0]["median_ns"], t["best"]["median_ns"]);
+  EXPECT_EQ(answers[0]["incomplete"], false);
+  EXPECT_EQ(answers[0]["key"], t["key"]);
+  EXPECT_EQ(answers[1]["match"], "nearest");
+  EXPECT_EQ(answers[1]["tuned_dims"], Json::parse(R"({"batch":8,"n":4000,"k":16})"));
+  EXPECT_TRUE(answers[1]["distance"].is_number());
+
+  r = Kreg("run topk --dims batch=8,n=4000,k=16 --reps 2 --check --json --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Json m = Json::parse(r.stdout_text);
+  EXPECT_EQ(m["key"], t["key"]);
+  EXPECT_EQ(m["kernel"], t["best"]["kernel"]);
+  EXPECT_EQ(m["params"], t["best"]["params"]);
+  EXPECT_TRUE(m["median_ns"].is_number_integer());
+  EXPECT_EQ(m["check"], "ok");
+  EXPECT_EQ(m["chosen_by"], answers[0]);
+  r = Kreg("query topk --dims batch=2,n=100,k=3 --dtype bf16 --db " + db + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Json d = Json::parse(r.stdout_text);
+  EXPECT_EQ(d["match"], "default");
+  EXPECT_TRUE(d["tuned_dims"].is_null());
+  EXPECT_TRUE(d["median_ns"].is_null());
+}
+
+// Regression: a data class that is not valid UTF-8 used to make the binary
+// table unreadable (proto3 strings must be UTF-8). It is stored escaped as
+// \xHH and the table reads back; the same bytes ask for the same entry.
+TEST(TuneTest, ADataClassOfAnyBytesLeavesAReadableTable) {
+  const std::string db = Db("bytes");
+  const std::string bytes = "'\xff\xfe'";
+  Result r = Kreg("tune topk --dims batch=2,n=100,k=3 --variants sort --reps 3 --data-class " + bytes + " --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.stdout_text, HasSubstr("[\\xff\\xfe]"));
+  r = Kreg("db show " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("topk f32 batch=2,n=100,k=3 [\\xff\\xfe] @"));
+  r = Kreg("query topk --dims batch=2,n=100,k=3 --data_class " + bytes + " --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("[exact from batch=2,n=100,k=3"));
+  r = Kreg("query topk --dims batch=2,n=100,k=3 --data-class " + bytes + " --json --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Json a = Json::parse(r.stdout_text);  // throws on invalid UTF-8
+  EXPECT_EQ(a["key"]["data_class"], "\\xff\\xfe");
+  EXPECT_EQ(a["match"], "exact");
+  r = Kreg("--json tune topk --dims batch=2,n=100,k=3 --variants sort --reps 3 --data-class " + bytes + " --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(Json::parse(r.stdout_text)["key"]["data_class"], "\\xff\\xfe");
+  absl::StatusOr<TuningDb> table = TuningDb::Load(db);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->size(), 1u);
+}
+
+// Two tables written through the library, compared and slimmed through the
+// command line.
+tuning::Trial MakeTrial(const std::string& variant, const std::string& method, double median_ns,
+                        tuning::Trial::Status status = tuning::Trial::OK) {
+  tuning::Trial t;
+  t.set_variant(variant);
+  t.set_variant_version(1);
+  if (!method.empty()) {
+    tuning::ParamValue* p = t.mutable_config()->add_params();
+    p->set_name("method");
+    p->set_choice(method);
+  }
+  t.set_median_ns(median_ns);
+  t.set_min_ns(median_ns);
+  t.set_max_ns(median_ns);
+  t.set_reps(10);
+  t.set_status(status);
+  t.set_measured_at(1);
+  return t;
+}
+
+TEST(TuneTest, DbDiffExitsLikeDiff) {
+  const tuning::ProblemKey key = MakeProblemKey("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}}, "m1");
+  TuningDb a, b;
+  a.AddTrial(key, MakeTrial("sort", "partial_sort", 100));
+  a.AddTrial(key, MakeTrial("heap", "", 200));
+  b.AddTrial(key, MakeTrial("sort", "partial_sort", 300));
+  b.AddTrial(key, MakeTrial("heap", "", 200));
+  const std::string path_a = Db("diff_a"), path_b = Db("diff_b");
+  ASSERT_TRUE(a.Save(path_a).ok());
+  ASSERT_TRUE(b.Save(path_b).ok());
+  Result r = Kreg("db diff " + path_a + " " + path_a);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, "the winners agree everywhere\n");
+  r = Kreg("db diff " + path_a + " " + path_b);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.stdout_text, HasSubstr("differs: "));
+  EXPECT_EQ(r.stderr_text, "");
+  r = Kreg("db diff " + path_a + " /nonexistent.lut");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("kreg db diff: /nonexistent.lut"));
+  r = Kreg("db diff " + path_a);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("kreg db diff: B is required"));
+}
+
+TEST(TuneTest, DbSlimKeepsEachVariantsFastestTrial) {
+  const tuning::ProblemKey key = MakeProblemKey("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}}, "m1");
+  TuningDb db;
+  db.AddTrial(key, MakeTrial("sort", "partial_sort", 100));
+  db.AddTrial(key, MakeTrial("sort", "nth_element", 150));
+  db.AddTrial(key, MakeTrial("heap", "", 120));
+  db.AddTrial(key, MakeTrial("radix", "", 0, tuning::Trial::CRASHED));
+  const std::string in = Db("slim_in"), out = ::testing::TempDir() + "/kreg_tune_slim_out.txtpb";
+  std::filesystem::remove(out);
+  ASSERT_TRUE(db.Save(in).ok());
+  Result r = Kreg("db slim " + in + " " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(out));
+  absl::StatusOr<TuningDb> slim = TuningDb::Load(out);
+  ASSERT_TRUE(slim.ok()) << slim.status();
+  ASSERT_EQ(slim->size(), 1u);
+  std::set<std::string> kept;
+  for (const tuning::Trial& t : slim->proto().entries(0).trials()) kept.insert(t.variant() + " " + ConfigText(t.config()));
+  EXPECT_EQ(kept, (std::set<std::string>{"sort method=partial_sort", "heap "})) << slim->ToText();
+  // The winners are the same.
+  r = Kreg("db diff " + in + " " + out);
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = Kreg("db slim " + in);
+  EXPECT_EQ(r.code, 2) << r.out;
 }
 
 }  // namespace

@@ -1,15 +1,28 @@
-// Candidates measured in a worker process: crashes, hangs and wrong results
-// are recorded as such and the next candidate still runs; a problem the
-// worker cannot build is an error for every candidate; an op with an in-out
-// tensor (axpy) is measured like any other.
+// Candidates measured in a worker process (the kreg-worker program): crashes,
+// hangs and wrong results are recorded as such and the next candidate still
+// runs; a problem the worker cannot build is an error for every candidate,
+// with the worker's own reason; an op with an in-out tensor (axpy) is
+// measured like any other; legality checks run in the worker too, and one
+// that crashes or hangs is recorded as such. The protocol carries any bytes.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kreg/npy.h"
 #include "kreg/registry.h"
 #include "kreg/worker.h"
+#include "kreg/worker.pb.h"
 
 namespace kreg {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 WorkerJob Job() {
@@ -21,9 +34,44 @@ WorkerJob Job() {
   return job;
 }
 
-IsolatedRunner Runner(WorkerJob job = Job()) { return IsolatedRunner({KREG_BIN, "__worker"}, std::move(job), 3.0); }
+IsolatedRunner Runner(WorkerJob job = Job(), double timeout = 3.0) {
+  return IsolatedRunner({KREG_WORKER_BIN}, std::move(job), timeout);
+}
 
-TEST(WorkerJobTest, RoundTrips) {
+std::string Dir(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/kreg_tuner_" + std::to_string(getpid()) + "_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = getenv(name); old != nullptr) old_ = old;
+    had_ = getenv(name) != nullptr;
+    if (value == nullptr) {
+      unsetenv(name);
+    } else {
+      setenv(name, value, 1);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST(WorkerJobTest, RoundTripsThroughItsMessageWithAnyBytes) {
   WorkerJob job = Job();
   job.values.emplace_back("largest", "0");
   job.dtypes = {{"", "bf16"}, {"input", "f32"}};
@@ -31,16 +79,22 @@ TEST(WorkerJobTest, RoundTrips) {
   job.dist = Dist::kBits;
   job.partition = Partition::kSkewed;
   job.seed = 42;
-  job.input_files = {{"input", "/tmp/x.npy"}};
+  // What a tab- or ';'-split line could not carry: separators, newlines, a
+  // NUL, bytes that are not UTF-8.
+  static constexpr char kOdd[] = "a;b\tc\nd:e=f,g\0h\xff\xfe.npy";
+  const std::string odd(kOdd, sizeof kOdd - 1);
+  ASSERT_EQ(odd.size(), 21u);
+  job.input_files = {{"input", "/tmp/" + odd}, {"na\tme;", "/x;y/z.npy"}};
+  job.plugins.push_back("/plugins/" + odd + ".so");
   job.warmup = 3;
   job.threads = 2;
   job.max_seconds_per_run = 1.5;
-  const std::string line = job.Serialize();
-  ASSERT_FALSE(line.empty());
-  EXPECT_EQ(line.back(), '\n');
-  absl::StatusOr<WorkerJob> back = WorkerJob::Parse(line.substr(0, line.size() - 1));
+  worker::Job proto;
+  job.ToProto(&proto);
+  worker::Job wire;
+  ASSERT_TRUE(wire.ParseFromString(proto.SerializeAsString()));
+  absl::StatusOr<WorkerJob> back = WorkerJob::FromProto(wire);
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->Serialize(), line);
   EXPECT_EQ(back->op, "topk");
   EXPECT_EQ(back->values, job.values);
   EXPECT_EQ(back->dtypes, job.dtypes);
@@ -53,9 +107,21 @@ TEST(WorkerJobTest, RoundTrips) {
   EXPECT_EQ(back->warmup, 3);
   EXPECT_EQ(back->threads, 2);
   EXPECT_DOUBLE_EQ(back->max_seconds_per_run, 1.5);
+  worker::Job again;
+  back->ToProto(&again);
+  EXPECT_EQ(again.SerializeAsString(), proto.SerializeAsString());
 
-  EXPECT_FALSE(WorkerJob::Parse("run\t0\ttopk/sort\t3").ok());
-  EXPECT_FALSE(WorkerJob::Parse("job\tdist=sideways").ok());
+  // Defaults for what an empty message leaves out; unknown names refused.
+  absl::StatusOr<WorkerJob> empty = WorkerJob::FromProto(worker::Job());
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->dist, Dist::kNormal);
+  EXPECT_EQ(empty->partition, Partition::kRandom);
+  worker::Job bad = proto;
+  bad.set_dist("sideways");
+  EXPECT_FALSE(WorkerJob::FromProto(bad).ok());
+  bad = proto;
+  bad.set_partition("sideways");
+  EXPECT_FALSE(WorkerJob::FromProto(bad).ok());
 }
 
 TEST(WorkerJobTest, DescribesItsProblemOptions) {
@@ -221,6 +287,221 @@ TEST(IsolatedRunnerTest, MeasuresAKernelWithAnInOutTensor) {
   m = capped.Measure("axpy/blocked", {{"block", "512"}}, 3);
   EXPECT_EQ(m.status, TrialStatus::kOk) << m.error;
   EXPECT_GT(m.median_ns, 0);
+}
+
+
+// The user's own inputs, at paths the old line protocol could not carry.
+TEST(IsolatedRunnerTest, AnInputPathWithASemicolonAndATabWorks) {
+  const std::string dir = Dir("odd") + "/a;b\tc";
+  std::filesystem::create_directories(dir);
+  Tensor input(DType::kF32, {4, 1000});
+  FillRandom(input, Dist::kNormal, 3);
+  ASSERT_TRUE(WriteNpy(dir + "/x;1\t.npy", input).ok());
+  WorkerJob job = Job();
+  job.values = {{"k", "10"}};
+  job.input_files = {{"input", dir + "/x;1\t.npy"}};
+  IsolatedRunner runner = Runner(job);
+  Measurement m = runner.Measure("topk/sort", {}, 3);
+  EXPECT_EQ(m.status, TrialStatus::kOk) << m.error;
+  EXPECT_GT(m.median_ns, 0);
+  m = runner.Measure("topk/faulty", {{"mode", "wrong"}}, 3);
+  EXPECT_EQ(m.status, TrialStatus::kWrongResult) << m.error;
+  std::vector<Legality> legal = runner.CheckLegal("topk/sort", {{{"method", "nth_element"}}});
+  ASSERT_EQ(legal.size(), 1u);
+  EXPECT_EQ(legal[0].status, TrialStatus::kOk) << legal[0].why;
+  EXPECT_EQ(runner.workers_started(), 1);
+}
+
+TEST(IsolatedRunnerTest, AMissingInputFileIsNamedInEveryCandidatesError) {
+  const std::string missing = Dir("missing") + "/no;such\tfile.npy";
+  WorkerJob job = Job();
+  job.values = {{"k", "10"}};
+  job.input_files = {{"input", missing}};
+  IsolatedRunner runner = Runner(job);
+  for (int i = 0; i < 2; ++i) {
+    Measurement m = runner.Measure("topk/sort", {}, 3);
+    EXPECT_EQ(m.status, TrialStatus::kError);
+    EXPECT_THAT(m.error, HasSubstr(missing));
+  }
+  std::vector<Legality> legal = runner.CheckLegal("topk/sort", {{}, {{"method", "nth_element"}}});
+  ASSERT_EQ(legal.size(), 2u);
+  for (const Legality& l : legal) {
+    EXPECT_EQ(l.status, TrialStatus::kError);
+    EXPECT_THAT(l.why, HasSubstr(missing));
+  }
+  EXPECT_EQ(runner.workers_started(), 1);
+}
+
+WorkerJob BadCheckJob() {
+  WorkerJob job = Job();
+  job.plugins = {std::string(KREG_PLUGIN_DIR) + "/kreg_topk.so",
+                 std::string(KREG_TEST_PLUGIN_DIR) + "/bad_check/test_bad_check.so"};
+  return job;
+}
+
+TEST(IsolatedRunnerTest, LegalityIsCheckedInTheWorkerAndACheckThatCrashesOrHangsIsRecorded) {
+  IsolatedRunner runner = Runner(BadCheckJob());
+  // Legal, refused by the kernel's check, refused by the host's value check.
+  std::vector<Legality> legal =
+      runner.CheckLegal("topk/bad_check", {{{"check", "ok"}}, {{"check", "refuse"}}, {{"check", "sideways"}}, {}});
+  ASSERT_EQ(legal.size(), 4u);
+  EXPECT_EQ(legal[0].status, TrialStatus::kOk) << legal[0].why;
+  EXPECT_TRUE(legal[0].legal());
+  EXPECT_EQ(legal[0].why, "");
+  EXPECT_EQ(legal[1].status, TrialStatus::kIllegal);
+  EXPECT_THAT(legal[1].why, HasSubstr("refused; as asked"));
+  EXPECT_EQ(legal[2].status, TrialStatus::kIllegal);
+  EXPECT_THAT(legal[2].why, HasSubstr("'sideways' is not one of ok, crash, hang, refuse"));
+  EXPECT_EQ(legal[3].status, TrialStatus::kOk) << legal[3].why;
+  EXPECT_EQ(runner.workers_started(), 1);
+
+  // A check that crashes: the whole batch is recorded as crashed.
+  legal = runner.CheckLegal("topk/bad_check", {{{"check", "ok"}}, {{"check", "crash"}}});
+  ASSERT_EQ(legal.size(), 2u);
+  for (const Legality& l : legal) {
+    EXPECT_EQ(l.status, TrialStatus::kCrashed);
+    EXPECT_EQ(l.why, "the kernel's check crashed: worker killed by signal 11 (Segmentation fault)");
+  }
+  // A check that hangs: killed after the timeout.
+  const auto start = std::chrono::steady_clock::now();
+  legal = runner.CheckLegal("topk/bad_check", {{{"check", "hang"}}, {{"check", "ok"}}});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(legal.size(), 2u);
+  for (const Legality& l : legal) {
+    EXPECT_EQ(l.status, TrialStatus::kTimedOut);
+    EXPECT_THAT(l.why, AllOf(HasSubstr("the kernel's check hung"), HasSubstr("no result within 3 s")));
+  }
+  EXPECT_GE(seconds, 3.0);
+  EXPECT_LT(seconds, 30.0);
+  EXPECT_EQ(runner.workers_started(), 2);  // the first crashed, the second hung
+
+  // The runner is still usable: checks and measurements in a fresh worker.
+  legal = runner.CheckLegal("topk/bad_check", {{{"check", "ok"}}});
+  ASSERT_EQ(legal.size(), 1u);
+  EXPECT_EQ(legal[0].status, TrialStatus::kOk) << legal[0].why;
+  Measurement m = runner.Measure("topk/bad_check", {{"check", "ok"}}, 3);
+  EXPECT_EQ(m.status, TrialStatus::kOk) << m.error;
+  m = runner.Measure("topk/sort", {}, 3);
+  EXPECT_EQ(m.status, TrialStatus::kOk) << m.error;
+  legal = runner.CheckLegal("topk/sort", {{{"method", "nth_element"}}, {{"method", "sideways"}}});
+  ASSERT_EQ(legal.size(), 2u);
+  EXPECT_EQ(legal[0].status, TrialStatus::kOk) << legal[0].why;
+  EXPECT_EQ(legal[1].status, TrialStatus::kIllegal);
+  EXPECT_EQ(runner.workers_started(), 3);
+
+  // An unknown kernel is an error, not a refusal; an empty batch asks nothing.
+  legal = runner.CheckLegal("topk/nope", {{}, {}});
+  ASSERT_EQ(legal.size(), 2u);
+  EXPECT_EQ(legal[0].status, TrialStatus::kError);
+  EXPECT_THAT(legal[1].why, HasSubstr("no kernel 'topk/nope'"));
+  EXPECT_TRUE(runner.CheckLegal("topk/sort", {}).empty());
+  EXPECT_EQ(runner.workers_started(), 3);
+}
+
+// One request per kernel, however many candidates: larger than a pipe's
+// buffer, written while the fresh worker is still setting up.
+TEST(IsolatedRunnerTest, ALargeBatchIsCheckedInOneRequest) {
+  IsolatedRunner runner = Runner(BadCheckJob());
+  std::vector<Params> configs;
+  for (int i = 0; i < 20000; ++i) configs.push_back({{"check", i % 2 == 0 ? "ok" : "refuse"}});
+  std::vector<Legality> legal = runner.CheckLegal("topk/bad_check", configs);
+  ASSERT_EQ(legal.size(), configs.size());
+  for (size_t i = 0; i < legal.size(); ++i) {
+    ASSERT_EQ(legal[i].status, i % 2 == 0 ? TrialStatus::kOk : TrialStatus::kIllegal) << i << ": " << legal[i].why;
+  }
+  EXPECT_EQ(runner.workers_started(), 1);
+}
+
+TEST(IsolatedRunnerTest, TheStopFlagInterruptsAHangingCheck) {
+  IsolatedRunner runner = Runner(BadCheckJob(), /*timeout=*/60);
+  std::atomic<bool> stop{false};
+  runner.set_stop(&stop);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    stop = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Legality> legal = runner.CheckLegal("topk/bad_check", {{{"check", "hang"}}});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stopper.join();
+  ASSERT_EQ(legal.size(), 1u);
+  EXPECT_EQ(legal[0].status, TrialStatus::kError);
+  EXPECT_EQ(legal[0].why, "interrupted");
+  EXPECT_LT(seconds, 10.0);
+  stop = false;
+  legal = runner.CheckLegal("topk/bad_check", {{{"check", "ok"}}});
+  ASSERT_EQ(legal.size(), 1u);
+  EXPECT_EQ(legal[0].status, TrialStatus::kOk) << legal[0].why;
+  EXPECT_EQ(runner.workers_started(), 2);
+}
+
+TEST(IsolatedRunnerTest, AProblemTheWorkerCannotBuildFailsEveryCheck) {
+  WorkerJob job = BadCheckJob();
+  job.values = {{"batch", "4"}, {"n", "10"}, {"k", "11"}};
+  IsolatedRunner runner = Runner(job);
+  std::vector<Legality> legal = runner.CheckLegal("topk/bad_check", {{{"check", "ok"}}, {{"check", "crash"}}});
+  ASSERT_EQ(legal.size(), 2u);
+  for (const Legality& l : legal) {
+    EXPECT_EQ(l.status, TrialStatus::kError);
+    EXPECT_THAT(l.why, HasSubstr("k=11 exceeds the row length n=10"));
+  }
+  EXPECT_EQ(runner.workers_started(), 1);
+}
+
+// A program that does not speak the protocol: its failure is the worker's
+// set-up failing, reported for every candidate, not a crash of each.
+TEST(IsolatedRunnerTest, AWorkerThatIsNotOneIsAnErrorForEveryCandidate) {
+  IsolatedRunner runner({"/bin/echo", "hello"}, Job(), 3.0);
+  for (int i = 0; i < 2; ++i) {
+    Measurement m = runner.Measure("topk/sort", {}, 3);
+    EXPECT_EQ(m.status, TrialStatus::kError);
+    EXPECT_THAT(m.error, HasSubstr("the worker failed while setting the problem up"));
+  }
+  std::vector<Legality> legal = runner.CheckLegal("topk/sort", {{}});
+  ASSERT_EQ(legal.size(), 1u);
+  EXPECT_EQ(legal[0].status, TrialStatus::kError);
+  EXPECT_EQ(runner.workers_started(), 1);
+
+  IsolatedRunner missing({"/nonexistent/kreg-worker"}, Job(), 3.0);
+  Measurement m = missing.Measure("topk/sort", {}, 3);
+  EXPECT_EQ(m.status, TrialStatus::kError);
+  EXPECT_THAT(m.error, HasSubstr("/nonexistent/kreg-worker"));
+}
+
+std::string RealPath(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::canonical(path, ec);
+  return ec ? "" : p.string();
+}
+
+TEST(FindWorkerTest, FindsTheWorkerNextToThisBinary) {
+  // bin/tuner_test and libexec/kreg/kreg-worker, in the build tree as in an
+  // install (wherever it was moved).
+  const std::string self = RealPath("/proc/self/exe");
+  const std::string expected =
+      RealPath(std::filesystem::path(self).parent_path().string() + "/../libexec/kreg/kreg-worker");
+  ASSERT_FALSE(expected.empty());
+  ScopedEnv unset("KREG_WORKER", nullptr);
+  absl::StatusOr<std::vector<std::string>> found = FindWorker();
+  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_EQ(found->size(), 1u);
+  EXPECT_EQ((*found)[0], expected);
+  IsolatedRunner runner(*found, Job(), 3.0);
+  Measurement m = runner.Measure("topk/sort", {}, 3);
+  EXPECT_EQ(m.status, TrialStatus::kOk) << m.error;
+}
+
+TEST(FindWorkerTest, KregWorkerOverridesAndMustBeExecutable) {
+  {
+    ScopedEnv set("KREG_WORKER", KREG_WORKER_BIN);
+    absl::StatusOr<std::vector<std::string>> found = FindWorker();
+    ASSERT_TRUE(found.ok()) << found.status();
+    EXPECT_EQ(*found, std::vector<std::string>{KREG_WORKER_BIN});
+  }
+  ScopedEnv set("KREG_WORKER", "/nonexistent/kreg-worker");
+  absl::StatusOr<std::vector<std::string>> found = FindWorker();
+  EXPECT_EQ(found.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(found.status().message(), HasSubstr("KREG_WORKER=/nonexistent/kreg-worker"));
 }
 
 }  // namespace

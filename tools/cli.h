@@ -1,102 +1,150 @@
-// What the command line's subcommands share: the flags, and the helpers that
-// turn them into kreg objects. Commands return absl::Status; only main()
+// What kreg's commands share: the flags' values, the helpers that turn them
+// into kreg objects, and the --json records. Commands return absl::Status
+// (InvalidArgument: bad input, exit 2; anything else: exit 1); only main()
 // prints errors.
 #ifndef KREG_TOOLS_CLI_H_
 #define KREG_TOOLS_CLI_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/flags/declare.h"
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "kreg/kreg_tuning.pb.h"
+#include "kreg/lut.h"
 #include "kreg/op.h"
 #include "kreg/problem.h"
 #include "kreg/registry.h"
 
-// A flag that may be given many times (--param a=1 --param b=2). main()
-// gathers the occurrences into one value joined by '\x1f' before Abseil
-// parses the command line.
-struct Repeated {
-  std::vector<std::string> items;
+namespace kreg::cli {
+
+// Every flag's value. Each command binds the flags it takes (kreg.cc); the
+// defaults here are the ones --help shows.
+struct Flags {
+  std::string command;  // "list", "run", "tune", "query", "db show", ...
+
+  // Global.
+  std::string plugin_path;
+  bool json = false;
+
+  // Positionals.
+  std::string target;               // run: OP/VARIANT or OP; tune, query: OP
+  std::string file_a, file_b;       // db: FILE, IN, OUT, A, B
+  std::vector<std::string> files;   // db merge: IN...
+
+  // The problem.
+  std::vector<std::string> dims;    // one problem per --dims
+  std::string dtype, with;
+  std::vector<std::string> params;  // run: --param NAME=V
+  std::vector<std::string> inputs;  // --input NAME=FILE
+  std::string dist = "normal", partition = "random";
+  uint64_t seed = 1;
+  std::string data_class;
+  std::string db;
+
+  // Measuring.
+  int warmup = 3, reps = 10, threads = 0;
+  bool check = false;
+  std::string save_outputs;
+
+  // Tuning.
+  std::string variants, strategy = "halving";
+  double budget = 0, timeout = 30;
+  int max_list_len = 2, list_growth_rounds = 4;
 };
-inline bool AbslParseFlag(absl::string_view text, Repeated* out, std::string*) {
-  out->items = absl::StrSplit(text, '\x1f', absl::SkipEmpty());
-  return true;
-}
-inline std::string AbslUnparseFlag(const Repeated& r) { return absl::StrJoin(r.items, "\x1f"); }
 
-ABSL_DECLARE_FLAG(std::string, plugin_path);
-ABSL_DECLARE_FLAG(bool, json);
-ABSL_DECLARE_FLAG(Repeated, dims);
-ABSL_DECLARE_FLAG(std::string, dtype);
-ABSL_DECLARE_FLAG(Repeated, param);
-ABSL_DECLARE_FLAG(Repeated, input);
-ABSL_DECLARE_FLAG(std::string, save_outputs);
-ABSL_DECLARE_FLAG(std::string, dist);
-ABSL_DECLARE_FLAG(uint64_t, seed);
-ABSL_DECLARE_FLAG(int, warmup);
-ABSL_DECLARE_FLAG(int, reps);
-ABSL_DECLARE_FLAG(bool, check);
-ABSL_DECLARE_FLAG(int, threads);
-ABSL_DECLARE_FLAG(std::string, db);
-ABSL_DECLARE_FLAG(std::string, variants);
-ABSL_DECLARE_FLAG(std::string, strategy);
-ABSL_DECLARE_FLAG(double, budget);
-ABSL_DECLARE_FLAG(double, timeout);
-ABSL_DECLARE_FLAG(int, max_list_len);
-ABSL_DECLARE_FLAG(std::string, data_class);
-ABSL_DECLARE_FLAG(std::string, with);
-ABSL_DECLARE_FLAG(std::string, partition);
+// The registry from --plugin-path, KREG_PLUGIN_PATH and the default folders;
+// refused plugins are warned about on stderr. A --plugin-path that does not
+// exist is bad input.
+absl::StatusOr<std::unique_ptr<Registry>> LoadRegistry(const Flags& flags);
 
-namespace kreg {
+// "kreg COMMAND: warning: MESSAGE" on stderr (valid UTF-8).
+void Warn(const Flags& flags, absl::string_view message);
 
-using Args = std::vector<char*>;  // positional arguments after the subcommand
+// NAME=VALUE items of a repeated flag; `flag` names it in errors.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Pairs(const std::vector<std::string>& items,
+                                                                       absl::string_view flag);
 
-// The registry from --plugin_path, KREG_PLUGIN_PATH and the default folders;
-// refused plugins are warned about on stderr.
-absl::StatusOr<std::unique_ptr<Registry>> LoadRegistry();
+// --dtype, --with, --dist, --partition and --seed as ProblemOptions (not
+// --input).
+absl::StatusOr<ProblemOptions> OptionsFromFlags(const Flags& flags);
 
-// NAME=VALUE pairs of a repeated flag; `what` names the flag in errors.
-absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Pairs(const Repeated& flag,
-                                                                       absl::string_view what);
+// A tuning table named on the command line: a file that is missing or is not
+// a table is bad input (InvalidArgument naming it).
+absl::StatusOr<TuningDb> LoadTable(const std::string& path);
 
 // A problem as the flags describe it: the op, its dims and attributes from
-// --dims (dims may stay unknown until inputs give them), and --dtype,
-// --with, --dist, --partition, --seed and --input as ProblemOptions.
+// `dims` (dims may stay unknown until inputs give them), and the options and
+// --input files read.
 struct ProblemSpec {
   std::shared_ptr<const Op> op;
   Values values;
   ProblemOptions options;
   std::vector<std::pair<std::string, std::string>> files;  // --input NAME=FILE
 };
-absl::StatusOr<ProblemSpec> SpecFromFlags(const Registry& registry, absl::string_view op,
+absl::StatusOr<ProblemSpec> SpecFromFlags(const Flags& flags, const Registry& registry, absl::string_view op,
                                           absl::string_view dims);
 // Shape-only arguments for `spec` (input files' shapes fill missing dims).
 absl::Status ShapeArgsOf(const ProblemSpec& spec, ShapeArgs* out);
-// The data class a key gets: --data-class if given; else the op's own
-// classifier on `args` (when it has data); else "dist=NAME" for random
-// inputs drawn from a --dist other than normal; else "".
-absl::StatusOr<std::string> DataClassOf(const ProblemSpec& spec, const kreg_args& args);
 
-// What a tuning table (--db) picks for `args` of `op`, and how it matched.
+// The data class a table is asked with (run --db, query; kreg::Tune decides
+// its own from the same flags): --data-class if given; else the op's
+// classifier on `args` when they carry data; else "dist=NAME" for random
+// inputs of a --dist other than normal; else "". Valid UTF-8, as tables
+// store it.
+absl::StatusOr<std::string> DataClassOf(const Flags& flags, const ProblemSpec& spec, const kreg_args& args);
+
+// ---- JSON records (README.md, "--json") ----------------------------------------
+//
+// Objects keep the order fields were set in; strings are valid UTF-8; times
+// are integer nanoseconds; dims and params are objects.
+using Json = nlohmann::ordered_json;
+
+// One line of JSON, never throwing (any invalid UTF-8 left is replaced).
+std::string Dump(const Json& json);
+// `text` made valid UTF-8 (kreg::ValidUtf8).
+Json Str(absl::string_view text);
+// {"batch":8,"n":1000}.
+Json DimsJson(const Dims& dims);
+// {"method":"nth_element","num_blocks":128,"m_schedule":[5,8]}.
+Json ParamsJson(const tuning::Config& config);
+// The key object: {"op","dtype","dims","data_class","machine"}.
+Json KeyJson(const tuning::ProblemKey& key);
+// A measured candidate: {"kernel","version","params","median_ns","min_ns",
+// "max_ns","reps"}.
+Json TrialJson(absl::string_view op, const tuning::Trial& trial);
+// The answer record: {"key","kernel","version","params","match",
+// "incomplete","tuned_dims","distance","median_ns"}.
+Json AnswerJson(const tuning::ProblemKey& asked, const LutAnswer& answer);
+int64_t Ns(double ns);  // rounded
+
+// "1.234 ms".
+std::string Ms(double ns);
+
+// What a tuning table (--db) picks for `args` of `spec`, and how it matched.
 struct TableChoice {
   std::shared_ptr<const Kernel> kernel;
   Config config;
-  std::string how;  // "exact", "nearest" or "default"
+  std::string how;  // "exact", "nearest" or "default", then ", incomplete" if so
+  Json answer;      // the answer record
 };
-absl::StatusOr<TableChoice> ChooseFromTable(const ProblemSpec& spec, const Registry& registry,
+absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpec& spec, const Registry& registry,
                                             const kreg_args& args);
 
-// The subcommands of tune.cc.
-absl::Status Tune(const Args& args);
-absl::Status Query(const Args& args);
-absl::Status Db(const Args& args);
+// The commands. Db returns the exit code on success (db diff: 1 when the
+// tables differ).
+absl::Status List(const Flags& flags);
+absl::Status Run(const Flags& flags);
+absl::Status Tune(const Flags& flags);
+absl::Status Query(const Flags& flags);
+absl::StatusOr<int> Db(const Flags& flags);
 
-}  // namespace kreg
+}  // namespace kreg::cli
 
 #endif  // KREG_TOOLS_CLI_H_

@@ -1,458 +1,850 @@
-// kreg: the command line. A thin main: parse flags, pick the subcommand from
-// one table, run it, print its result or one error line, return the code.
+// kreg: the command line. A thin main: CLI11 parses the flags each command
+// defines, one function runs the command, main prints its result or one
+// error line ("kreg COMMAND: message") and returns the exit code: 0 done,
+// 1 failed, 2 bad input.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/reflection.h"
-#include "absl/flags/usage.h"
+#include <CLI/CLI.hpp>
+
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "kreg/npy.h"
 #include "kreg/measure.h"
+#include "kreg/npy.h"
 #include "kreg/op.h"
 #include "kreg/problem.h"
 #include "kreg/registry.h"
-#include "kreg/worker.h"
+#include "kreg/text.h"
 #include "tools/cli.h"
-#include "tools/json.h"
 
-ABSL_FLAG(std::string, plugin_path, "",
-          "colon-separated plugin files or folders, searched before KREG_PLUGIN_PATH and the "
-          "installed plugin folder");
-ABSL_FLAG(bool, json, false, "print JSON instead of text");
-ABSL_FLAG(Repeated, dims, {}, "problem dimensions NAME=V,... (e.g. batch=8,n=1000,k=10)");
-ABSL_FLAG(std::string, dtype, "",
-          "element type of every tensor that allows it (f32, bf16, i32), or NAME=TYPE,... per tensor");
-ABSL_FLAG(std::string, with, "", "optional inputs to generate at random, comma-separated (e.g. row_ends)");
-ABSL_FLAG(std::string, partition, "random",
-          "how partition inputs (group sizes) are drawn: random, balanced or skewed");
-ABSL_FLAG(Repeated, param, {}, "kernel parameter NAME=VALUE (repeatable; lists as 5,8,12)");
-ABSL_FLAG(Repeated, input, {}, "input NAME=FILE.npy instead of random data (repeatable)");
-ABSL_FLAG(std::string, save_outputs, "", "folder to write each output as NAME.npy");
-ABSL_FLAG(std::string, dist, "normal", "random inputs: normal, uniform, bits or ties");
-ABSL_FLAG(uint64_t, seed, 1, "random seed");
-ABSL_FLAG(int, warmup, 3, "untimed runs before timing");
-ABSL_FLAG(int, reps, 10, "timed runs");
-ABSL_FLAG(bool, check, false, "check the outputs against the op's reference");
-ABSL_FLAG(int, threads, 0, "threads per kernel run (0: all cores)");
-ABSL_FLAG(std::string, db, "", "tuning database file (binary; text if it ends in .txtpb)");
-ABSL_FLAG(std::string, variants, "", "tune: comma-separated variants to search (default: all available)");
-ABSL_FLAG(std::string, strategy, "halving", "tune: exhaustive, random or halving");
-ABSL_FLAG(double, budget, 0, "tune: seconds per problem for random and halving (0: no limit)");
-ABSL_FLAG(double, timeout, 30, "tune: seconds one candidate may take before it is killed");
-ABSL_FLAG(int, max_list_len, 2, "tune: longest list drawn for list parameters (m_schedule)");
-ABSL_FLAG(std::string, data_class, "", "tune, query: a feature of the data kept in the key (e.g. dist=ties)");
-
-namespace kreg {
-
-absl::StatusOr<std::unique_ptr<Registry>> LoadRegistry() {
-  LoadOptions options;
-  if (std::string p = absl::GetFlag(FLAGS_plugin_path); !p.empty()) options.plugin_paths.push_back(p);
-  absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Load(options);
-  if (registry.ok()) {
-    for (const absl::Status& s : (*registry)->refusals()) {
-      std::cerr << "kreg: warning: " << s.message() << "\n";
-    }
-  }
-  return registry;
-}
-
-absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Pairs(const Repeated& flag,
-                                                                       absl::string_view what) {
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const std::string& item : flag.items) {
-    size_t eq = item.find('=');
-    if (eq == 0 || eq == std::string::npos || eq + 1 == item.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("--", what, " '", item, "': expected NAME=VALUE"));
-    }
-    out.emplace_back(item.substr(0, eq), item.substr(eq + 1));
-  }
-  return out;
-}
-
-absl::StatusOr<ProblemSpec> SpecFromFlags(const Registry& registry, absl::string_view op_name,
-                                          absl::string_view dims) {
-  ProblemSpec spec;
-  absl::StatusOr<std::shared_ptr<const Op>> op = registry.GetOp(op_name);
-  if (!op.ok()) return absl::InvalidArgumentError(op.status().message());
-  spec.op = *op;
-  absl::StatusOr<NamedValues> named = ParseNamedValues(dims);
-  if (!named.ok()) return absl::InvalidArgumentError(absl::StrCat("--dims: ", named.status().message()));
-  absl::StatusOr<Values> values = spec.op->ParseValues(*named);
-  if (!values.ok()) return values.status();
-  spec.values = *std::move(values);
-  ProblemOptions& options = spec.options;
-  const std::string dtype = absl::GetFlag(FLAGS_dtype);
-  for (absl::string_view item : absl::StrSplit(dtype, ',', absl::SkipEmpty())) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
-    if (item.find('=') == absl::string_view::npos) kv = {"", std::string(item)};
-    absl::StatusOr<DType> d = ParseDType(kv.second);
-    if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype '", item, "': expected f32, bf16 or i32"));
-    options.dtypes[kv.first] = *d;
-  }
-  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_with), ',', absl::SkipEmpty())) {
-    options.with.emplace(name);
-  }
-  absl::StatusOr<Dist> dist = ParseDist(absl::GetFlag(FLAGS_dist));
-  if (!dist.ok()) return absl::InvalidArgumentError(absl::StrCat("--dist: ", dist.status().message()));
-  options.dist = *dist;
-  absl::StatusOr<Partition> partition = ParsePartition(absl::GetFlag(FLAGS_partition));
-  if (!partition.ok()) return absl::InvalidArgumentError(absl::StrCat("--partition: ", partition.status().message()));
-  options.partition = *partition;
-  options.seed = absl::GetFlag(FLAGS_seed);
-  auto inputs = Pairs(absl::GetFlag(FLAGS_input), "input");
-  if (!inputs.ok()) return inputs.status();
-  for (const auto& [input_name, file] : *inputs) {
-    absl::StatusOr<Tensor> t = ReadNpy(file);
-    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("--input ", input_name, ": ", t.status().message()));
-    options.inputs[input_name] = *std::move(t);
-  }
-  spec.files = *inputs;
-  return spec;
-}
-
-absl::Status ShapeArgsOf(const ProblemSpec& spec, ShapeArgs* out) {
-  const Op& op = *spec.op;
-  Values values = spec.values;
-  std::map<std::string, const Tensor*> given;
-  std::map<std::string, DType> given_types;
-  for (const auto& [name, t] : spec.options.inputs) {
-    given[name] = &t;
-    given_types[name] = t.dtype();
-  }
-  absl::StatusOr<TensorTypes> types = op.ResolveTypes(spec.options.dtypes, spec.options.with, given_types);
-  if (!types.ok()) return types.status();
-  if (absl::Status s = op.DimsFromInputs(given, &values); !s.ok()) return s;
-  return op.MakeShapeArgs(values, *types, out);
-}
-
-absl::StatusOr<std::string> DataClassOf(const ProblemSpec& spec, const kreg_args& args) {
-  if (std::string d = absl::GetFlag(FLAGS_data_class); !d.empty()) return d;
-  if (spec.op->has_data_class() && !(args.flags & KREG_ARGS_SHAPE_ONLY)) return spec.op->DataClass(args);
-  if (spec.options.dist == Dist::kNormal || !spec.options.inputs.empty()) return std::string();
-  return absl::StrCat("dist=", DistName(spec.options.dist));
-}
-
+namespace kreg::cli {
 namespace {
 
-std::string ParamKind(const ParamInfo& p) {
-  std::string values;
-  if (p.kind != KREG_PARAM_CHOICE) {
-    if (p.values_kind == KREG_VALUES_LISTED) {
-      values = absl::StrCat("{", absl::StrJoin(p.listed, ","), "}");
+// ---- Help -----------------------------------------------------------------------------
+
+// Help pages in one layout: usage, what the command does, its arguments and
+// flags (one spelling each, with defaults), examples.
+class HelpFormatter : public CLI::FormatterBase {
+ public:
+  struct Page {
+    std::string usage;     // lines after "Usage: "
+    std::string about;     // a paragraph
+    std::string examples;  // lines
+  };
+  void Set(const CLI::App* app, Page page) { pages_[app] = std::move(page); }
+
+  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode) const override {
+    const Page* page = nullptr;
+    if (auto it = pages_.find(app); it != pages_.end()) page = &it->second;
+    std::string out = "Usage: ";
+    if (page != nullptr && !page->usage.empty()) {
+      out += absl::StrReplaceAll(page->usage, {{"\n", "\n       "}});
     } else {
-      values = absl::StrCat(p.values_kind == KREG_VALUES_POW2 ? "powers of two in [" : "[", p.lo, "..", p.hi,
-                            p.values_kind == KREG_VALUES_RANGE ? absl::StrCat(" step ", p.step) : "", "]");
+      out += name + " [flags]";
     }
+    out += "\n\n";
+    out += Wrap(page != nullptr && !page->about.empty() ? page->about : app->get_description(), 0) + "\n";
+
+    std::vector<std::pair<std::string, std::string>> rows;
+    for (const CLI::Option* opt : app->get_options([](const CLI::Option* o) { return o->get_positional(); })) {
+      rows.emplace_back(opt->get_name(true), opt->get_description());
+    }
+    if (!rows.empty()) out += "\nArguments:\n" + Table(rows);
+
+    rows.clear();
+    for (const CLI::App* sub : app->get_subcommands([](const CLI::App*) { return true; })) {
+      rows.emplace_back(sub->get_name(), sub->get_description());
+    }
+    if (!rows.empty()) out += "\nCommands:\n" + Table(rows);
+
+    rows.clear();
+    for (const CLI::Option* opt : app->get_options([](const CLI::Option* o) { return !o->get_positional(); })) {
+      std::string left;
+      for (const std::string& s : opt->get_snames()) absl::StrAppend(&left, "-", s, ", ");
+      if (!opt->get_lnames().empty()) absl::StrAppend(&left, "--", opt->get_lnames()[0]);  // one spelling
+      if (!opt->get_option_text().empty()) absl::StrAppend(&left, " ", opt->get_option_text());
+      std::string desc = opt->get_description();
+      if (opt->get_type_size() != 0 && !opt->get_default_str().empty()) {
+        // Kept on one line (Wrap turns kGlue back into spaces).
+        absl::StrAppend(&desc, " ", absl::StrReplaceAll(absl::StrCat("(default: ", opt->get_default_str(), ")"),
+                                                        {{" ", std::string(1, kGlue)}}));
+      }
+      rows.emplace_back(left, desc);
+    }
+    if (!rows.empty()) out += absl::StrCat("\n", app->get_parent() == nullptr ? "Global flags" : "Flags", ":\n", Table(rows));
+    if (app->get_parent() != nullptr) {
+      out += "\nGlobal flags: --plugin-path PATHS, --json (see kreg --help).\n";
+    }
+    if (page != nullptr && !page->examples.empty()) {
+      out += "\nExamples:\n";
+      for (absl::string_view line : absl::StrSplit(page->examples, '\n', absl::SkipEmpty())) {
+        absl::StrAppend(&out, "  ", line, "\n");
+      }
+    }
+    if (!app->get_footer().empty()) out += "\n" + Wrap(app->get_footer(), 0) + "\n";
+    return out;
   }
-  std::string when;
-  if (p.when_param >= 0) when = " (when another parameter allows)";
+
+ private:
+  static constexpr size_t kWidth = 80;
+  static constexpr char kGlue = '\x01';  // a space Wrap does not break at
+
+  // `text` wrapped to kWidth, lines after the first indented by `indent`.
+  static std::string Wrap(absl::string_view text, size_t indent) {
+    std::string out;
+    size_t column = indent;
+    bool first = true;
+    for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+      if (!first && column + 1 + word.size() > kWidth) {
+        absl::StrAppend(&out, "\n", std::string(indent, ' '));
+        column = indent;
+        first = true;
+      }
+      if (!first) {
+        out += ' ';
+        ++column;
+      }
+      out += absl::StrReplaceAll(word, {{std::string(1, kGlue), " "}});
+      column += word.size();
+      first = false;
+    }
+    return out;
+  }
+
+  static std::string Table(const std::vector<std::pair<std::string, std::string>>& rows) {
+    size_t width = 0;
+    for (const auto& [left, right] : rows) width = std::max(width, left.size());
+    width = std::min<size_t>(width, 24);
+    std::string out;
+    for (const auto& [left, right] : rows) {
+      absl::StrAppend(&out, "  ", left);
+      if (left.size() > width) {
+        absl::StrAppend(&out, "\n", std::string(width + 4, ' '));
+      } else {
+        out += std::string(width - left.size() + 2, ' ');
+      }
+      absl::StrAppend(&out, Wrap(right, width + 4), "\n");
+    }
+    return out;
+  }
+
+  std::map<const CLI::App*, Page> pages_;
+};
+
+// ---- list ------------------------------------------------------------------------
+
+std::string ParamValues(const ParamInfo& p) {
+  if (p.kind == KREG_PARAM_CHOICE) {
+    std::vector<std::string> names;
+    for (size_t c = 0; c < p.choices.size(); ++c) {
+      names.push_back(p.choices[c] + (p.ChoiceAvailable(static_cast<int64_t>(c), CpuIsa()) ? "" : "(n/a)"));
+    }
+    return absl::StrCat("{", absl::StrJoin(names, ","), "}");
+  }
+  if (p.values_kind == KREG_VALUES_LISTED) return absl::StrCat("{", absl::StrJoin(p.listed, ","), "}");
+  return absl::StrCat(p.values_kind == KREG_VALUES_POW2 ? "powers of two in [" : "[", p.lo, "..", p.hi,
+                      p.values_kind == KREG_VALUES_RANGE ? absl::StrCat(" step ", p.step) : "", "]");
+}
+
+const char* ParamType(const ParamInfo& p) {
   switch (p.kind) {
     case KREG_PARAM_INT:
-      return absl::StrCat("int ", values, when);
+      return "int";
     case KREG_PARAM_INT_LIST:
-      return absl::StrCat("list of ", values, when);
-    case KREG_PARAM_CHOICE: {
-      std::vector<std::string> names;
-      for (size_t c = 0; c < p.choices.size(); ++c) {
-        names.push_back(p.choices[c] + (p.ChoiceAvailable(static_cast<int64_t>(c), CpuIsa()) ? "" : "(n/a)"));
-      }
-      return absl::StrCat("choice {", absl::StrJoin(names, ","), "}", when);
-    }
+      return "int_list";
+    case KREG_PARAM_CHOICE:
+      return "choice";
   }
   return "?";
 }
 
-absl::Status List(const Args& args) {
-  if (!args.empty()) return absl::InvalidArgumentError(absl::StrCat("list takes no arguments, got '", args[0], "'"));
-  absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry();
+std::string ParamKind(const ParamInfo& p) {
+  const std::string when = p.when_param >= 0 ? " (when another parameter allows)" : "";
+  switch (p.kind) {
+    case KREG_PARAM_INT:
+      return absl::StrCat("int ", ParamValues(p), when);
+    case KREG_PARAM_INT_LIST:
+      return absl::StrCat("list of ", ParamValues(p), when);
+    case KREG_PARAM_CHOICE:
+      return absl::StrCat("choice ", ParamValues(p), when);
+  }
+  return "?";
+}
+
+// The kernel record.
+Json KernelJson(const PluginInfo& plugin, const Kernel& k) {
+  Json out = Json::object();
+  out["kernel"] = Str(k.name());
+  out["op"] = Str(k.op());
+  out["variant"] = Str(k.variant());
+  out["version"] = k.version();
+  out["doc"] = Str(k.doc());
+  out["isa"] = IsaString(k.required_isa());
+  out["available"] = k.available();
+  out["reference"] = k.is_reference();
+  out["plugin"] = Str(plugin.name);
+  const Config def = k.DefaultConfig();
+  const tuning::Config def_proto = ToProtoConfig(k, def);
+  out["default_params"] = ParamsJson(def_proto);
+  Json space = Json::array();
+  for (size_t i = 0; i < k.params().size(); ++i) {
+    const ParamInfo& p = k.params()[i];
+    Json param = Json::object();
+    param["name"] = Str(p.name);
+    param["type"] = ParamType(p);
+    param["values"] = Str(ParamValues(p));
+    param["conditional"] = p.when_param >= 0;
+    param["doc"] = Str(p.doc);
+    space.push_back(std::move(param));
+  }
+  out["space"] = std::move(space);
+  return out;
+}
+
+}  // namespace
+
+absl::Status List(const Flags& flags) {
+  absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry(flags);
   if (!registry.ok()) return registry.status();
   const Registry& reg = **registry;
-  const bool json = absl::GetFlag(FLAGS_json);
-  Json out = Json::Object();
-  Json plugins = Json::Array();
+  Json plugins = Json::array();
   for (const PluginInfo& info : reg.Plugins()) {
-    Json plugin = Json::Object();
-    plugin.Set("name", info.name).Set("version", info.version).Set("path", info.path);
-    Json kernels = Json::Array();
-    if (!json) std::cout << "plugin " << info.name << " " << info.version << "  (" << info.path << ")\n";
-    Json ops = Json::Array();
+    Json plugin = Json::object();
+    plugin["name"] = Str(info.name);
+    plugin["version"] = Str(info.version);
+    plugin["path"] = Str(info.path);
+    if (!flags.json) std::cout << ValidUtf8(absl::StrCat("plugin ", info.name, " ", info.version, "  (", info.path, ")\n"));
+    Json ops = Json::array();
     for (const std::string& name : info.ops) {
       std::shared_ptr<const Op> op = *reg.GetOp(name);
-      ops.Push(Json::Object().Set("name", name).Set("doc", op->doc()).Set("signature", op->Describe()));
-      if (!json) std::cout << "  op " << name << ": " << op->doc() << "\n      " << op->Describe() << "\n";
+      Json op_json = Json::object();
+      op_json["op"] = Str(name);
+      op_json["doc"] = Str(op->doc());
+      op_json["signature"] = Str(op->Describe());
+      ops.push_back(std::move(op_json));
+      if (!flags.json) std::cout << ValidUtf8(absl::StrCat("  op ", name, ": ", op->doc(), "\n      ", op->Describe(), "\n"));
     }
-    plugin.Set("ops", std::move(ops));
+    plugin["ops"] = std::move(ops);
+    Json kernels = Json::array();
     for (const std::string& name : info.kernels) {
       std::shared_ptr<const Kernel> k = *reg.Get(name);
-      Json kernel = Json::Object();
-      kernel.Set("name", k->name()).Set("version", static_cast<int64_t>(k->version()))
-          .Set("doc", std::string(k->doc())).Set("isa", IsaString(k->required_isa()))
-          .Set("available", k->available()).Set("reference", k->is_reference());
-      if (!json) {
-        std::cout << absl::StrFormat("  %-18s v%-3d isa: %-12s %s  %s\n", k->name(), k->version(),
-                                     IsaString(k->required_isa()),
-                                     k->available() ? (k->is_reference() ? "reference  " : "available  ")
-                                                    : "UNAVAILABLE",
-                                     k->doc());
-      }
-      Json params = Json::Array();
-      const Config def = k->DefaultConfig();
-      const auto defaults = k->ConfigPairs(def);
+      kernels.push_back(KernelJson(info, *k));
+      if (flags.json) continue;
+      std::cout << ValidUtf8(absl::StrFormat(
+          "  %-18s v%-3d isa: %-12s %s  %s\n", k->name(), k->version(), IsaString(k->required_isa()),
+          k->available() ? (k->is_reference() ? "reference  " : "available  ") : "UNAVAILABLE", k->doc()));
+      const auto defaults = k->ConfigPairs(k->DefaultConfig());
       for (size_t i = 0; i < k->params().size(); ++i) {
         const ParamInfo& p = k->params()[i];
         const std::string shown = defaults[i].second.empty() ? "(none)" : defaults[i].second;
-        params.Push(Json::Object().Set("name", p.name).Set("kind", ParamKind(p))
-                        .Set("default", shown).Set("doc", p.doc));
-        if (!json) {
-          std::cout << absl::StrFormat("      %-14s %-40s default %-8s %s\n", p.name, ParamKind(p), shown, p.doc);
-        }
+        std::cout << ValidUtf8(absl::StrFormat("      %-14s %-40s default %-8s %s\n", p.name, ParamKind(p), shown, p.doc));
       }
-      kernel.Set("params", std::move(params));
-      kernels.Push(std::move(kernel));
     }
-    plugin.Set("kernels", std::move(kernels));
-    plugins.Push(std::move(plugin));
+    plugin["kernels"] = std::move(kernels);
+    plugins.push_back(std::move(plugin));
   }
-  Json refused = Json::Array();
-  for (const absl::Status& s : reg.refusals()) refused.Push(Json(std::string(s.message())));
-  if (json) {
-    out.Set("plugins", std::move(plugins)).Set("refused", std::move(refused))
-        .Set("cpu_isa", IsaString(CpuIsa()));
-    std::cout << out.Dump() << "\n";
+  if (flags.json) {
+    Json out = Json::object();
+    out["cpu_isa"] = IsaString(CpuIsa());
+    out["plugins"] = std::move(plugins);
+    Json refused = Json::array();
+    for (const absl::Status& s : reg.refusals()) refused.push_back(Str(s.message()));
+    out["refused"] = std::move(refused);
+    std::cout << Dump(out) << "\n";
   } else if (reg.Plugins().empty()) {
-    std::cout << "no plugins found (searched: " << absl::StrJoin(reg.searched(), ":")
-              << "); use --plugin-path or KREG_PLUGIN_PATH\n";
+    std::cout << ValidUtf8(absl::StrCat("no plugins found (searched: ", absl::StrJoin(reg.searched(), ":"),
+                                        "); use --plugin-path or KREG_PLUGIN_PATH\n"));
   }
   return absl::OkStatus();
 }
 
-absl::Status Run(const Args& args) {
-  if (args.size() != 1) {
-    return absl::InvalidArgumentError("run takes one kernel, e.g. kreg run topk/sort --dims batch=8,n=1000,k=10");
-  }
-  std::string name = args[0];
+// ---- run -------------------------------------------------------------------------
+
+absl::Status Run(const Flags& flags) {
+  std::string name = flags.target;
   const bool from_table = name.find('/') == std::string::npos;
-  if (from_table && absl::GetFlag(FLAGS_db).empty()) {
+  if (from_table && flags.db.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not OP/VARIANT (e.g. topk/sort); "
                                                    "give --db FILE to let a tuning table choose"));
   }
-  const int warmup = absl::GetFlag(FLAGS_warmup), reps = absl::GetFlag(FLAGS_reps);
-  if (warmup < 0 || reps < 1) return absl::InvalidArgumentError("--warmup must be >= 0 and --reps >= 1");
-  if (absl::GetFlag(FLAGS_dims).items.size() > 1) return absl::InvalidArgumentError("run takes one --dims");
-  auto params = Pairs(absl::GetFlag(FLAGS_param), "param");
+  if (flags.dims.size() > 1) return absl::InvalidArgumentError("run takes one --dims");
+  if (!from_table && (!flags.db.empty() || !flags.data_class.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(flags.db.empty() ? "--data-class" : "--db",
+                                                   " applies to 'kreg run OP --db FILE' (a table's choice), not to "
+                                                   "OP/VARIANT"));
+  }
+  auto params = Pairs(flags.params, "param");
   if (!params.ok()) return params.status();
+  if (from_table && !params->empty()) {
+    return absl::InvalidArgumentError("--param applies to OP/VARIANT, not to a table's choice");
+  }
 
-  absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry();
+  absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry(flags);
   if (!registry.ok()) return registry.status();
-  absl::StatusOr<ProblemSpec> spec =
-      SpecFromFlags(**registry, name.substr(0, name.find('/')), absl::StrJoin(absl::GetFlag(FLAGS_dims).items, ","));
+  absl::StatusOr<ProblemSpec> spec = SpecFromFlags(flags, **registry, name.substr(0, name.find('/')),
+                                                   flags.dims.empty() ? "" : flags.dims[0]);
   if (!spec.ok()) return spec.status();
+  // Before the inputs are built: an unknown variant is found at once.
+  std::shared_ptr<const Kernel> kernel;
+  Config config;
+  if (!from_table) {
+    absl::StatusOr<std::shared_ptr<const Kernel>> k = (*registry)->Get(name);
+    if (!k.ok()) return absl::InvalidArgumentError(k.status().message());
+    kernel = *k;
+    absl::StatusOr<Config> c = kernel->ParseConfig(*params);
+    if (!c.ok()) return absl::InvalidArgumentError(c.status().message());
+    config = *c;
+  }
   absl::StatusOr<std::unique_ptr<Problem>> problem =
       Problem::Make(spec->op, (*registry)->Reference(spec->op->name()), spec->values, spec->options);
   if (!problem.ok()) return problem.status();
   Problem& p = **problem;
-  absl::StatusOr<std::shared_ptr<const Kernel>> kernel;
-  absl::StatusOr<Config> config;
-  std::string chosen_by;
+  Json chosen_by = nullptr;
+  std::string how;
   if (from_table) {
-    if (!params->empty()) return absl::InvalidArgumentError("--param applies to OP/VARIANT, not to a table's choice");
-    absl::StatusOr<TableChoice> choice = ChooseFromTable(*spec, **registry, *p.args());
+    absl::StatusOr<TableChoice> choice = ChooseFromTable(flags, *spec, **registry, *p.args());
     if (!choice.ok()) return choice.status();
     kernel = choice->kernel;
     config = choice->config;
-    chosen_by = choice->how;
-    name = (*kernel)->name();
-  } else {
-    kernel = (*registry)->Get(name);
-    if (!kernel.ok()) return absl::InvalidArgumentError(kernel.status().message());
-    config = (*kernel)->ParseConfig(*params);
-    if (!config.ok()) return config.status();
+    how = choice->how;
+    chosen_by = std::move(choice->answer);
+    name = kernel->name();
   }
 
   MeasureOptions measure;
-  measure.warmup = warmup;
-  measure.reps = reps;
-  measure.check = absl::GetFlag(FLAGS_check);
-  measure.run.num_threads = absl::GetFlag(FLAGS_threads);
-  const Measurement m = MeasureKernel(**kernel, *config, {&p}, measure);
-  std::string check = measure.check ? "ok" : "skipped";
-  if (m.status == TrialStatus::kWrongResult) {
-    check = absl::StrCat("FAILED: ", m.error);
-  } else if (!m.ok()) {
+  measure.warmup = flags.warmup;
+  measure.reps = flags.reps;
+  measure.check = flags.check;
+  measure.run.num_threads = flags.threads;
+  const Measurement m = MeasureKernel(*kernel, config, {&p}, measure);
+  const bool failed_check = m.status == TrialStatus::kWrongResult;
+  if (!m.ok() && !failed_check) {
     return m.status == TrialStatus::kIllegal ? absl::InvalidArgumentError(m.error) : absl::InternalError(m.error);
   }
 
-  if (std::string dir = absl::GetFlag(FLAGS_save_outputs); !dir.empty()) {
+  if (!flags.save_outputs.empty()) {
     std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) return absl::PermissionDeniedError(absl::StrCat("--save-outputs: cannot create '", dir, "': ", ec.message()));
+    std::filesystem::create_directories(flags.save_outputs, ec);
+    if (ec) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("--save-outputs: cannot create '", flags.save_outputs, "': ", ec.message()));
+    }
     for (const auto& [out_name, tensor] : p.outputs()) {
-      if (absl::Status s = WriteNpy(absl::StrCat(dir, "/", out_name, ".npy"), *tensor); !s.ok()) return s;
+      if (absl::Status s = WriteNpy(absl::StrCat(flags.save_outputs, "/", out_name, ".npy"), *tensor); !s.ok()) {
+        return s;
+      }
     }
   }
 
   const OpKey key = p.key();
-  const std::string config_text = (*kernel)->ConfigString(*config);
-  if (absl::GetFlag(FLAGS_json)) {
-    Json params_json = Json::Object();
-    for (auto& [param, value] : (*kernel)->ConfigPairs(*config)) params_json.Set(param, value);
-    Json dims_json = Json::Object();
-    for (const auto& [d, v] : key.dims) dims_json.Set(d, v);
-    std::cout << Json::Object().Set("kernel", name).Set("version", static_cast<int64_t>((*kernel)->version()))
-                     .Set("dtype", key.dtype).Set("dims", std::move(dims_json))
-                     .Set("params", std::move(params_json)).Set("reps", static_cast<int64_t>(m.reps))
-                     .Set("chosen_by", chosen_by.empty() ? "user" : chosen_by)
-                     .Set("median_ns", static_cast<int64_t>(m.median_ns)).Set("min_ns", static_cast<int64_t>(m.min_ns))
-                     .Set("max_ns", static_cast<int64_t>(m.max_ns)).Set("check", check).Dump()
-              << "\n";
+  std::string data_class;
+  if (absl::StatusOr<std::string> d = DataClassOf(flags, *spec, *p.args()); d.ok()) data_class = *d;
+  if (flags.json) {
+    Json out = Json::object();
+    out["key"] = KeyJson(MakeProblemKey(spec->op->name(), key, ThisMachine().id(), data_class));
+    out["kernel"] = Str(name);
+    out["version"] = kernel->version();
+    out["params"] = ParamsJson(ToProtoConfig(*kernel, config));
+    out["median_ns"] = Ns(m.median_ns);
+    out["min_ns"] = Ns(m.min_ns);
+    out["max_ns"] = Ns(m.max_ns);
+    out["reps"] = m.reps;
+    out["check"] = !flags.check ? "skipped" : failed_check ? "failed" : "ok";
+    out["error"] = failed_check ? Str(m.error) : Json(nullptr);
+    out["chosen_by"] = std::move(chosen_by);
+    std::cout << Dump(out) << "\n";
   } else {
-    std::cout << absl::StrFormat("%s %s %s%s%s  median %.3f us  min %.3f us  max %.3f us  check %s%s\n", name,
-                                 key.dtype, DimsString(key.dims), config_text.empty() ? "" : "  ", config_text,
-                                 m.median_ns / 1e3, m.min_ns / 1e3, m.max_ns / 1e3, check,
-                                 chosen_by.empty() ? "" : absl::StrCat("  (chosen by the table: ", chosen_by, ")"));
+    const std::string config_text = kernel->ConfigString(config);
+    std::cout << ValidUtf8(absl::StrFormat(
+        "%s %s %s%s%s  median %.3f us  min %.3f us  max %.3f us  check %s%s\n", name, key.dtype, DimsString(key.dims),
+        config_text.empty() ? "" : "  ", config_text, m.median_ns / 1e3, m.min_ns / 1e3, m.max_ns / 1e3,
+        !flags.check ? "skipped" : failed_check ? absl::StrCat("FAILED: ", m.error) : "ok",
+        how.empty() ? "" : absl::StrCat("  (chosen by the table: ", how, ")")));
   }
-  if (m.status == TrialStatus::kWrongResult) return absl::DataLossError("check failed: outputs differ from the reference");
+  std::cout.flush();
+  if (failed_check) return absl::InternalError("check failed: outputs differ from the reference");
   return absl::OkStatus();
 }
 
-struct Command {
-  const char* name;
-  const char* usage;
-  const char* help;
-  absl::Status (*fn)(const Args&);
-  std::vector<absl::string_view> flags;  // the flags it takes, beyond plugin_path
-};
+namespace {
 
-const Command kCommands[] = {
-    {"list", "kreg list [--json]", "plugins found, each kernel, its ISA and parameter space", List, {"json"}},
-    {"run",
-     "kreg run OP/VARIANT --dims NAME=V,... [--dtype f32|bf16|NAME=TYPE,...] [--with NAME,...] [--param NAME=V]... "
-     "[--input NAME=FILE.npy]... [--save_outputs DIR] [--dist normal|uniform|bits|ties] [--partition P] [--seed S] "
-     "[--warmup N] [--reps N] [--threads N] [--check] [--json]\n  kreg run OP --db FILE --dims ... [...]",
-     "build inputs, run one kernel (or the one a tuning table picks), time it, optionally check it", Run,
-     {"json", "dims", "dtype", "param", "input", "save_outputs", "dist", "seed", "warmup", "reps", "check",
-      "threads", "db", "data_class", "with", "partition"}},
-    {"tune",
-     "kreg tune OP --dims NAME=V,... [--dims ...]... --db FILE [--variants a,b] "
-     "[--strategy exhaustive|random|halving] [--budget SECONDS] [--timeout SECONDS] [--reps N] [--warmup N] "
-     "[--dtype ...] [--input NAME=FILE.npy]... [--dist ...] [--seed S] [--threads N] [--max_list_len N] "
-     "[--data_class TEXT] [--json]",
-     "search every variant's parameter space; each result is checkpointed into the table", Tune,
-     {"json", "dims", "dtype", "input", "dist", "seed", "warmup", "reps", "threads", "db", "variants", "strategy",
-      "budget", "timeout", "max_list_len", "data_class", "with", "partition"}},
-    {"query", "kreg query OP --dims NAME=V,... [--dims ...]... --db FILE [--dtype f32|bf16] [--data_class TEXT] [--json]",
-     "what the table answers, and whether the match was exact, nearest or default", Query,
-     {"json", "dims", "dtype", "db", "data_class", "dist", "with"}},
-    {"db", "kreg db show FILE | export FILE | merge OUT IN... | diff A B",
-     "read and combine tuning tables (export prints the text format)", Db, {}},
-};
+// ---- Parsing -------------------------------------------------------------------------
 
-std::string Usage() {
-  std::string s = "kreg: a kernel registry with an autotuner.\n\nCommands:\n";
-  for (const Command& c : kCommands) absl::StrAppend(&s, "  ", c.usage, "\n      ", c.help, "\n");
-  absl::StrAppend(&s, "\nPlugins are found through --plugin_path, then KREG_PLUGIN_PATH, then the\n"
-                      "installed plugin folder. Flags may be spelled --flag=V or --flag V.");
-  return s;
-}
-
-// Flags this binary defines that were set but do not apply to `command`.
-absl::Status CheckFlagsApply(const Command& command) {
-  static const char* const kOwn[] = {"json",  "dims",   "dtype",    "param",    "input",  "save_outputs",
-                                     "dist",  "seed",   "warmup",   "reps",     "check",  "threads",
-                                     "db",    "variants", "strategy", "budget", "timeout", "max_list_len",
-                                     "data_class", "with", "partition"};
-  for (const char* name : kOwn) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag->CurrentValue() == flag->DefaultValue()) continue;
-    if (std::find(command.flags.begin(), command.flags.end(), name) == command.flags.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, " does not apply to 'kreg ", command.name, "'"));
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
     }
   }
-  return absl::OkStatus();
+  return row[b.size()];
 }
 
-// Gathers repeated --dims/--param/--input occurrences into one, and accepts
-// --save-outputs / --plugin-path spellings as aliases of the underscored
-// flags.
-std::vector<std::string> Normalize(int argc, char** argv) {
-  static const char* const kRepeated[] = {"dims", "param", "input"};
-  std::map<std::string, std::vector<std::string>> gathered;
-  std::vector<std::string> out = {argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--") {
-      for (; i < argc; ++i) out.push_back(argv[i]);
-      break;
+// The candidate closest to `typed`, if close enough to be a typo (or a
+// prefix of it); "" otherwise.
+std::string Closest(absl::string_view typed, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, typed.size() / 3) + 1;
+  for (const std::string& c : candidates) {
+    size_t d = EditDistance(typed, c);
+    if (typed.size() >= 3 && absl::StartsWith(c, typed)) d = std::min<size_t>(d, 1);
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
     }
-    if (absl::StartsWith(arg, "--")) {
-      std::string body = arg.substr(2);
-      size_t eq = body.find('=');
-      std::string flag = body.substr(0, eq);
-      std::replace(flag.begin(), flag.end(), '-', '_');
-      bool repeated = std::find(std::begin(kRepeated), std::end(kRepeated), flag) != std::end(kRepeated);
-      if (repeated) {
-        if (eq != std::string::npos) {
-          gathered[flag].push_back(body.substr(eq + 1));
-        } else if (i + 1 < argc) {
-          gathered[flag].push_back(argv[++i]);
-        } else {
-          gathered[flag];  // let Abseil report the missing value
-          out.push_back("--" + flag);
+  }
+  return best;
+}
+
+// "--max_list_len=3" -> "max-list-len".
+std::string FlagName(absl::string_view arg) {
+  arg = absl::StripPrefix(arg, "-");
+  arg = absl::StripPrefix(arg, "-");
+  std::string name(arg.substr(0, arg.find('=')));
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
+
+bool HasFlag(const CLI::App* app, const std::string& name) {
+  for (const CLI::Option* o : app->get_options()) {
+    if (!o->get_positional() && o->check_lname(name)) return true;
+  }
+  return false;
+}
+
+// Commands (by full name) that take flag `name`.
+void CommandsWithFlag(const CLI::App* app, const std::string& prefix, const std::string& name,
+                      std::vector<std::string>* out) {
+  for (const CLI::App* sub : app->get_subcommands([](const CLI::App*) { return true; })) {
+    const std::string full = absl::StrCat(prefix, prefix.empty() ? "" : " ", sub->get_name());
+    if (HasFlag(sub, name)) out->push_back(full);
+    CommandsWithFlag(sub, full, name, out);
+  }
+}
+
+// The innermost command selected on the command line, or `root`.
+CLI::App* Selected(CLI::App* root) {
+  CLI::App* app = root;
+  while (!app->get_subcommands().empty()) app = app->get_subcommands().front();
+  return app;
+}
+
+std::string CommandName(const CLI::App* app) {
+  std::vector<std::string> names;
+  for (; app != nullptr && app->get_parent() != nullptr; app = app->get_parent()) names.push_back(app->get_name());
+  std::reverse(names.begin(), names.end());
+  return absl::StrJoin(names, " ");
+}
+
+std::string Prefix(const std::string& command) { return command.empty() ? "kreg" : "kreg " + command; }
+
+// The message for arguments nothing took.
+std::string ExtrasMessage(CLI::App* root, const std::vector<std::string>& extras) {
+  CLI::App* app = Selected(root);
+  const std::string command = CommandName(app);
+  const std::string& arg = extras.front();
+  const bool is_flag = arg.size() > 1 && arg[0] == '-';
+  if (!is_flag) {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app->get_subcommands([](const CLI::App*) { return true; })) {
+      names.push_back(sub->get_name());
+    }
+    if (!names.empty()) {  // kreg WORD, kreg db WORD
+      const std::string close = Closest(arg, names);
+      return absl::StrCat("unknown command '", arg, "'", close.empty() ? "" : absl::StrCat("; did you mean ", close, "?"),
+                          " (commands: ", absl::StrJoin(names, ", "), ")");
+    }
+    return absl::StrCat("unexpected argument '", arg, "' (see ", Prefix(command), " --help)");
+  }
+  const std::string name = FlagName(arg);
+  std::vector<std::string> others;
+  CommandsWithFlag(root, "", name, &others);
+  if (!others.empty()) {
+    if (app == root) {
+      return absl::StrCat("--", name, " is a flag of 'kreg ", others.front(), "'; give it after the command");
+    }
+    return absl::StrCat("--", name, " does not apply to '", Prefix(command), "' (it is a flag of ",
+                        absl::StrJoin(others, ", "), ")");
+  }
+  std::vector<std::string> candidates;
+  for (const CLI::App* a = app; a != nullptr; a = a->get_parent()) {
+    for (const CLI::Option* o : a->get_options()) {
+      if (!o->get_positional() && !o->get_lnames().empty()) candidates.push_back(o->get_lnames()[0]);
+    }
+  }
+  const std::string close = Closest(name, candidates);
+  return absl::StrCat("unknown flag '", arg.substr(0, arg.find('=')), "'",
+                      close.empty() ? absl::StrCat(" (see ", Prefix(command), " --help)")
+                                    : absl::StrCat("; did you mean --", close, "?"));
+}
+
+// A whole message on one line.
+std::string OneLine(absl::string_view message) {
+  return ValidUtf8(absl::StrReplaceAll(absl::StripTrailingAsciiWhitespace(message), {{"\n", "; "}}));
+}
+
+// The help page of `app` (not of the command selected under it, as
+// CLI::App::help gives).
+std::string HelpOf(const HelpFormatter& help, const CLI::App* app) {
+  return help.make_help(app, Prefix(CommandName(app)), CLI::AppFormatMode::Normal);
+}
+
+int Fail(const std::string& command, absl::string_view message, int code) {
+  std::cerr << Prefix(command) << ": " << OneLine(message) << "\n";
+  return code;
+}
+
+// A validator for a number flag: an integer (or any number) of at least
+// `min`, or more than `min` when not `inclusive`.
+CLI::Validator Number(double min, bool integer, bool inclusive = true) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        int64_t i = 0;
+        if (integer ? !absl::SimpleAtoi(text, &i) : !absl::SimpleAtod(text, &v)) {
+          return absl::StrCat("'", text, "' is not ", integer ? "an integer" : "a number");
         }
-        continue;
-      }
-      arg = "--" + flag + (eq == std::string::npos ? "" : body.substr(eq));
-    }
-    out.push_back(arg);
-  }
-  for (const auto& [flag, values] : gathered) {
-    if (!values.empty()) out.push_back(absl::StrCat("--", flag, "=", absl::StrJoin(values, "\x1f")));
-  }
-  return out;
+        if (integer) v = static_cast<double>(i);
+        if (inclusive ? v < min : v <= min) {
+          return absl::StrCat("must be ", inclusive ? "at least " : "more than ", min, ", got ", text);
+        }
+        return std::string();
+      },
+      "");
+}
+
+// Flags more than one command takes.
+CLI::Option* AddDims(CLI::App* c, Flags& f, const char* what) {
+  return c->add_option("--dims", f.dims, what)
+      ->option_text("NAME=V,...")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+void AddDtype(CLI::App* c, Flags& f) {
+  c->add_option("--dtype", f.dtype,
+                "element type of every tensor whose dtype is a choice (f32, bf16, i32), or NAME=TYPE,... per tensor "
+                "(default: each tensor's first)")
+      ->option_text("TYPE");
+}
+void AddWith(CLI::App* c, Flags& f) {
+  c->add_option("--with", f.with, "optional inputs to generate at random, comma-separated (e.g. row_ends)")
+      ->option_text("NAME,...");
+}
+void AddInput(CLI::App* c, Flags& f) {
+  c->add_option("--input", f.inputs, "an input read from a .npy file instead of random data; repeatable")
+      ->option_text("NAME=FILE")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+void AddDist(CLI::App* c, Flags& f) {
+  c->add_option("--dist", f.dist, "random inputs: normal, uniform, bits or ties")->option_text("NAME")->capture_default_str();
+}
+void AddGenerate(CLI::App* c, Flags& f) {
+  AddDist(c, f);
+  c->add_option("--partition", f.partition, "group sizes (partition inputs): random, balanced or skewed")
+      ->option_text("NAME")
+      ->capture_default_str();
+  c->add_option("--seed", f.seed, "random seed")->option_text("N")->capture_default_str()->check(Number(0, true));
+}
+void AddMeasure(CLI::App* c, Flags& f) {
+  c->add_option("--warmup", f.warmup, "untimed runs before timing")
+      ->option_text("N")
+      ->capture_default_str()
+      ->check(Number(0, true));
+  c->add_option("--reps", f.reps, "timed runs at most (fewer once the median is stable)")
+      ->option_text("N")
+      ->capture_default_str()
+      ->check(Number(1, true));
+  c->add_option("--threads", f.threads, "threads per kernel run (0: all cores)")
+      ->option_text("N")
+      ->capture_default_str()
+      ->check(Number(0, true));
+}
+void AddDataClass(CLI::App* c, Flags& f, const char* what) {
+  c->add_option("--data-class,--data_class", f.data_class, what)->option_text("TEXT");
 }
 
 int Main(int argc, char** argv) {
-  // The tuner's measuring process (kreg/worker.h): a protocol, not a command.
-  if (argc == 2 && std::string_view(argv[1]) == "__worker") return WorkerMain(0, 1);
-  absl::SetProgramUsageMessage(Usage());
-  std::vector<std::string> normalized = Normalize(argc, argv);
-  std::vector<char*> cargs;
-  for (std::string& s : normalized) cargs.push_back(s.data());
-  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(cargs.size()), cargs.data());
-  if (positional.size() < 2 || absl::string_view(positional[1]) == "help") {
-    std::cout << Usage() << "\n";
-    return positional.size() < 2 ? 2 : 0;
+
+  Flags f;
+  auto help = std::make_shared<HelpFormatter>();
+  CLI::App app("a kernel registry with an autotuner", "kreg");
+  app.formatter(help);
+  app.set_help_flag("-h,--help", "print this help, or a command's (kreg COMMAND --help)");
+  app.set_version_flag("--version", "kreg " KREG_VERSION, "print the version (kreg " KREG_VERSION ") and exit");
+  app.fallthrough();  // global flags after the command too
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last one given counts
+  app.require_subcommand(0, 1);
+  app.add_option("--plugin-path,--plugin_path", f.plugin_path,
+                 "colon-separated plugin files or folders, searched before KREG_PLUGIN_PATH and the installed "
+                 "plugin folder")
+      ->option_text("PATHS");
+  app.add_flag("--json", f.json, "print JSON records instead of text (list, run, tune, query)");
+  help->Set(&app, {"kreg [--plugin-path PATHS] [--json] COMMAND [ARGS] [FLAGS]\nkreg help COMMAND",
+                   "kreg loads kernel plugins, runs and checks any kernel, tunes every variant's parameters into a "
+                   "tuning table, and answers from the table which kernel to run for a problem on this machine.",
+                   "kreg list\n"
+                   "kreg run topk/sort --dims batch=8,n=1000,k=10 --check\n"
+                   "kreg tune topk --dims batch=32,n=32000,k=50 --db topk.lut\n"
+                   "kreg query topk --dims batch=48,n=40000,k=64 --db topk.lut"});
+  app.footer("Exit status: 0 done; 1 failed (a runtime error, a failed check, tables that differ); 2 bad input. "
+             "Errors are one line on stderr: \"kreg COMMAND: message\".");
+
+  // list
+  CLI::App* list = app.add_subcommand("list", "plugins found, each op, each kernel: its ISA and parameter space");
+  list->set_help_flag("-h,--help", "print this help");
+  help->Set(list, {"kreg list [--json]",
+                   "Lists the plugins found, the ops they declare (dims, tensors, attributes) and every kernel: its "
+                   "version, the ISA it needs, whether this CPU can run it, and its parameters with their values "
+                   "and defaults.",
+                   "kreg list\nkreg list --json\nKREG_ISA_MASK=fma kreg list   # as a CPU without AVX2 sees it"});
+
+  // run
+  CLI::App* run = app.add_subcommand("run", "run one kernel (or a table's choice) on built inputs: time it, check it");
+  run->set_help_flag("-h,--help", "print this help");
+  help->Set(run, {"kreg run OP/VARIANT [--dims NAME=V,...] [flags]\nkreg run OP --db FILE [--dims NAME=V,...] [flags]",
+                  "Builds the problem's inputs (random, or from .npy files), prepares the kernel, runs it --warmup "
+                  "times, then times up to --reps runs (the tuner's measurement) and prints the median, min and max. "
+                  "--check compares the outputs with the op's reference kernel. With OP and --db, a tuning table "
+                  "chooses the kernel and its parameters.",
+                  "kreg run topk/sort --dims batch=8,n=1000,k=10 --check\n"
+                  "kreg run topk/sort --dims batch=64,n=32768,k=2048 --dtype bf16 --param method=nth_element\n"
+                  "kreg run topk/sort --dims k=64 --input input=logits.npy --save-outputs out/ --check\n"
+                  "kreg run topk --db topk.lut --dims batch=48,n=40000,k=64 --check"});
+  run->add_option("KERNEL", f.target, "OP/VARIANT to run (kreg list shows them), or OP with --db")->required();
+  AddDims(run, f, "the op's dims and attributes, e.g. batch=8,n=1000,k=10; dims an --input gives may be left out");
+  AddDtype(run, f);
+  AddWith(run, f);
+  run->add_option("--param", f.params, "a kernel parameter (lists as 5,8,12); the others keep their defaults; repeatable")
+      ->option_text("NAME=V")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  AddInput(run, f);
+  run->add_option("--save-outputs,--save_outputs", f.save_outputs, "write each output to DIR/NAME.npy")
+      ->option_text("DIR");
+  AddGenerate(run, f);
+  AddMeasure(run, f);
+  run->add_flag("--check", f.check, "check the outputs against the op's reference kernel");
+  run->add_option("--db", f.db, "a tuning table; with OP alone, run what it picks for the problem")->option_text("FILE");
+  AddDataClass(run, f, "with --db: the data class to ask the table for (default: the op's classifier on the inputs, "
+                       "else dist=NAME for a --dist other than normal)");
+
+  // tune
+  CLI::App* tune = app.add_subcommand("tune", "search every variant's parameters for problems; results go into a table");
+  tune->set_help_flag("-h,--help", "print this help");
+  help->Set(tune, {"kreg tune OP --dims NAME=V,... [--dims NAME=V,...]... --db FILE [flags]",
+                   "Searches every available kernel's parameter space (the op's reference left out unless named "
+                   "with --variants) for each problem, one per --dims, in a worker process: a candidate that "
+                   "crashes or hangs is recorded as failed. Every result is saved into the table as it comes, so "
+                   "a sweep that is interrupted (Ctrl-C) or re-run with a new variant measures only what is "
+                   "missing. Progress goes to stderr, results to stdout.",
+                   "kreg tune topk --dims batch=32,n=32000,k=50 --dims batch=64,n=32768,k=1024 --db topk.lut\n"
+                   "kreg tune topk --dims k=64 --input input=logits.npy --db topk.lut --strategy exhaustive\n"
+                   "kreg tune topk --dims batch=8,n=4000,k=16 --variants sort,heap --budget 60 --db topk.lut"});
+  tune->add_option("OP", f.target, "the op to tune (kreg list shows the ops)")->required();
+  AddDims(tune, f, "a problem: the op's dims and attributes; repeatable, one problem each");
+  tune->add_option("--db", f.db, "the table to record into (created if missing)")->option_text("FILE")->required();
+  tune->add_option("--variants", f.variants, "variants to search (default: every available one but the reference)")
+      ->option_text("V,...");
+  tune->add_option("--strategy", f.strategy,
+                   "exhaustive, random, or halving: everyone measured once, the best quarter kept with four times "
+                   "the repetitions, and so on")
+      ->option_text("NAME")
+      ->capture_default_str();
+  tune->add_option("--budget", f.budget, "random and halving: seconds per problem (0: no limit)")
+      ->option_text("SECONDS")
+      ->capture_default_str()
+      ->check(Number(0, false));
+  tune->add_option("--timeout", f.timeout, "seconds a candidate may take before it is killed")
+      ->option_text("SECONDS")
+      ->capture_default_str()
+      ->check(Number(0, false, false));
+  AddMeasure(tune, f);
+  AddDtype(tune, f);
+  AddWith(tune, f);
+  AddInput(tune, f);
+  AddGenerate(tune, f);
+  tune->add_option("--max-list-len,--max_list_len", f.max_list_len,
+                   "list parameters (e.g. m_schedule): lists of up to N values at first")
+      ->option_text("N")
+      ->capture_default_str()
+      ->check(Number(1, true));
+  tune->add_option("--list-growth-rounds,--list_growth_rounds", f.list_growth_rounds,
+                   "then up to N rounds extending the best lists by one value")
+      ->option_text("N")
+      ->capture_default_str()
+      ->check(Number(0, true));
+  AddDataClass(tune, f, "the data class kept in the key (default: the op's classifier on the inputs, else "
+                        "dist=NAME for a --dist other than normal)");
+
+  // query
+  CLI::App* query = app.add_subcommand("query", "what a table answers for problems: exact, nearest or default");
+  query->set_help_flag("-h,--help", "print this help");
+  help->Set(query, {"kreg query OP --dims NAME=V,... [--dims NAME=V,...]... --db FILE [flags]",
+                    "Prints, for each problem (one per --dims), the kernel and parameters the table answers with "
+                    "on this machine and how: exact (tuned for this problem), nearest (the nearest tuned problem "
+                    "whose choice is legal here) or default (nothing usable was tuned). \"incomplete\" marks an "
+                    "answer from a sweep that was cut short.",
+                    "kreg query topk --dims batch=48,n=40000,k=64 --db topk.lut\n"
+                    "kreg query topk --dims batch=8,n=4000,k=16 --dims batch=6,n=3000,k=8 --with row_ends --db topk.lut --json"});
+  query->add_option("OP", f.target, "the op to ask about")->required();
+  AddDims(query, f, "a problem: the op's dims and attributes; repeatable, one answer each")->required();
+  query->add_option("--db", f.db, "the table to ask")->option_text("FILE")->required();
+  AddDtype(query, f);
+  AddWith(query, f);
+  AddDist(query, f);
+  AddDataClass(query, f, "the data class to ask for (default: dist=NAME for a --dist other than normal)");
+
+  // db
+  CLI::App* db = app.add_subcommand("db", "show, export, merge, compare and slim tuning tables");
+  db->set_help_flag("-h,--help", "print this help");
+  db->require_subcommand(1, 1);
+  help->Set(db, {"kreg db show FILE | export FILE | merge OUT IN... | diff A B | slim IN OUT",
+                 "Reads and combines tuning tables (binary, or protobuf text when the name ends in .txtpb).",
+                 "kreg db show topk.lut\nkreg db merge all.lut a.lut b.lut\nkreg db diff a.lut b.lut\n"
+                 "kreg db slim topk.lut topk.txtpb"});
+  CLI::App* show = db->add_subcommand("show", "one line per problem: its winner and runner-up");
+  show->set_help_flag("-h,--help", "print this help");
+  help->Set(show, {"kreg db show FILE", "One line per tuned problem: its key, the winning kernel and parameters, "
+                                        "its median time, the runner-up and the number of trials.",
+                   "kreg db show topk.lut"});
+  show->add_option("FILE", f.file_a, "the table")->required();
+  CLI::App* exp = db->add_subcommand("export", "the whole table in protobuf text format");
+  exp->set_help_flag("-h,--help", "print this help");
+  help->Set(exp, {"kreg db export FILE", "Prints the whole table, every trial included, in protobuf text format.",
+                  "kreg db export topk.lut > topk.txtpb"});
+  exp->add_option("FILE", f.file_a, "the table")->required();
+  CLI::App* merge = db->add_subcommand("merge", "the union of tables, merged into OUT");
+  merge->set_help_flag("-h,--help", "print this help");
+  help->Set(merge, {"kreg db merge OUT IN...",
+                    "Merges every IN table into OUT (created if missing, else merged into): per problem the union "
+                    "of trials, the newer measurement of the same candidate winning.",
+                    "kreg db merge all.lut machine_a.lut machine_b.lut"});
+  merge->add_option("OUT", f.file_a, "the table to write")->required();
+  merge->add_option("IN", f.files, "the tables to merge")->required()->expected(1, -1);
+  CLI::App* diff = db->add_subcommand("diff", "where two tables' winners differ; exit 1 if they do");
+  diff->set_help_flag("-h,--help", "print this help");
+  help->Set(diff, {"kreg db diff A B",
+                   "One line per problem whose winner (variant, version or parameters) differs, or that only one "
+                   "table has. Exits 0 when the winners agree everywhere and 1 when they differ, as diff(1) does.",
+                   "kreg db diff old.lut new.lut"});
+  diff->add_option("A", f.file_a, "a table")->required();
+  diff->add_option("B", f.file_b, "another table")->required();
+  CLI::App* slim = db->add_subcommand("slim", "a copy keeping each variant's best trial per problem");
+  slim->set_help_flag("-h,--help", "print this help");
+  help->Set(slim, {"kreg db slim IN OUT",
+                   "Writes OUT with, per problem, only the fastest successful trial of each variant (the shipped "
+                   "tables' form); failures and slower configurations are dropped.",
+                   "kreg db slim all.lut tuning_db/tables/amd-epyc-avx2-2c.txtpb"});
+  slim->add_option("IN", f.file_a, "the table to read")->required();
+  slim->add_option("OUT", f.file_b, "the table to write")->required();
+
+  // help
+  std::vector<std::string> topic;
+  CLI::App* help_cmd = app.add_subcommand("help", "help for a command (kreg help tune)");
+  help_cmd->set_help_flag("-h,--help", "print this help");
+  help->Set(help_cmd, {"kreg help [COMMAND [SUBCOMMAND]]", "Prints the help of a command, or kreg's.", "kreg help tune\nkreg help db diff"});
+  help_cmd->add_option("COMMAND", topic, "the command");
+
+  if (argc < 2) {
+    std::cerr << HelpOf(*help, &app);
+    return 2;
   }
-  absl::string_view name = positional[1];
-  for (const Command& command : kCommands) {
-    if (name != command.name) continue;
-    absl::Status status = CheckFlagsApply(command);
-    try {
-      if (status.ok()) status = command.fn(Args(positional.begin() + 2, positional.end()));
-    } catch (const std::bad_alloc&) {
-      status = absl::ResourceExhaustedError("out of memory (are the dims what you meant?)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << HelpOf(*help, Selected(&app));
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << HelpOf(*help, &app);
+    return 0;
+  } catch (const CLI::CallForVersion& e) {
+    std::cout << e.what() << "\n";
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    // Arguments nothing took are the likeliest cause of anything else.
+    const std::vector<std::string> extras = app.remaining(true);
+    const std::string command = CommandName(Selected(&app));
+    if (!extras.empty()) return Fail(command, ExtrasMessage(&app, extras), 2);
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && Selected(&app) == db) {
+      return Fail(command, "give one of: show FILE, export FILE, merge OUT IN..., diff A B, slim IN OUT", 2);
     }
-    if (status.ok()) return 0;
-    std::cerr << "kreg " << command.name << ": " << status.message() << "\n";
-    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    std::string message = e.what();
+    if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr && absl::StrContains(message, "missing")) {
+      // "--dims: 1 required TEXT missing"
+      message = absl::StrCat(message.substr(0, message.find(':')), " needs a value");
+    }
+    return Fail(command, absl::StrCat(message, " (see ", Prefix(command), " --help)"), 2);
   }
-  std::cerr << "kreg: unknown command '" << name << "' (commands: list, run, tune, query, db; see kreg help)\n";
-  return 2;
+
+  CLI::App* selected = Selected(&app);
+  f.command = CommandName(selected);
+  if (selected == help_cmd) {
+    const CLI::App* page = &app;
+    for (const std::string& t : topic) {
+      const CLI::App* next = nullptr;
+      for (const CLI::App* sub : page->get_subcommands([](const CLI::App*) { return true; })) {
+        if (sub->get_name() == t) next = sub;
+      }
+      if (next == nullptr) {
+        return Fail("help", absl::StrCat("no command '", absl::StrJoin(topic, " "), "' (see kreg --help)"), 2);
+      }
+      page = next;
+    }
+    std::cout << HelpOf(*help, page);
+    return 0;
+  }
+  if (selected == &app) {
+    // Flags alone, no command.
+    std::cerr << HelpOf(*help, &app);
+    return 2;
+  }
+  if (f.json && (f.command.rfind("db", 0) == 0)) {
+    return Fail(f.command, absl::StrCat("--json does not apply to 'kreg ", f.command, "'"), 2);
+  }
+
+  absl::Status status;
+  int code = 0;
+  try {
+    if (selected == list) {
+      status = List(f);
+    } else if (selected == run) {
+      status = Run(f);
+    } else if (selected == tune) {
+      status = Tune(f);
+    } else if (selected == query) {
+      status = Query(f);
+    } else {
+      absl::StatusOr<int> db_code = Db(f);
+      status = db_code.status();
+      if (db_code.ok()) code = *db_code;
+    }
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError("out of memory (are the dims what you meant?)");
+  }
+  if (!status.ok()) return Fail(f.command, status.message(), status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1);
+  return code;
 }
 
 }  // namespace
-}  // namespace kreg
+}  // namespace kreg::cli
 
-int main(int argc, char** argv) { return kreg::Main(argc, argv); }
+int main(int argc, char** argv) { return kreg::cli::Main(argc, argv); }

@@ -77,9 +77,11 @@ SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& opt
   SearchResult result;
   const auto start = Clock::now();
   auto spent = [&] {
-    if (options.stop != nullptr && options.stop->load()) return true;
-    return options.budget_seconds > 0 &&
-           std::chrono::duration<double>(Clock::now() - start).count() >= options.budget_seconds;
+    const bool out = (options.stop != nullptr && options.stop->load()) ||
+                     (options.budget_seconds > 0 &&
+                      std::chrono::duration<double>(Clock::now() - start).count() >= options.budget_seconds);
+    if (out) result.complete = false;
+    return out;
   };
   std::vector<Measurement> last(n);
   std::vector<int> reps_of(n, 0);

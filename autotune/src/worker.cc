@@ -1,27 +1,36 @@
 #include "kreg/worker.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "kreg/measure.h"
 #include "kreg/npy.h"
 #include "kreg/registry.h"
+#include "kreg/worker.pb.h"
+
+#ifndef KREG_WORKER_INSTALL_PATH
+#define KREG_WORKER_INSTALL_PATH "/usr/local/libexec/kreg/kreg-worker"
+#endif
+#ifndef KREG_WORKER_RELATIVE_PATH
+#define KREG_WORKER_RELATIVE_PATH "../libexec/kreg/kreg-worker"
+#endif
 
 extern char** environ;
 
@@ -30,80 +39,153 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Fields are tab-separated; values may not contain tabs or newlines.
-bool Clean(absl::string_view s) { return s.find_first_of("\t\n") == absl::string_view::npos; }
+// ---- Framing: a varint length, then the message -----------------------------
 
-void WriteAll(int fd, const std::string& s) {
+// A message larger than this is taken for garbage rather than waited for.
+constexpr uint64_t kMaxMessageBytes = uint64_t{256} << 20;
+
+std::string Frame(const google::protobuf::MessageLite& message) {
+  const std::string body = message.SerializeAsString();
+  std::string out;
+  uint64_t n = body.size();
+  do {
+    out.push_back(static_cast<char>((n & 0x7f) | (n > 0x7f ? 0x80 : 0)));
+    n >>= 7;
+  } while (n != 0);
+  return out + body;
+}
+
+enum class Unframe { kMessage, kMore, kBad };
+
+// Takes one framed message off the front of *buffer into *message.
+Unframe TakeMessage(std::string* buffer, google::protobuf::MessageLite* message) {
+  uint64_t size = 0;
+  size_t i = 0;
+  for (;; ++i) {
+    if (i == buffer->size()) return Unframe::kMore;
+    if (i == 10) return Unframe::kBad;
+    const auto byte = static_cast<unsigned char>((*buffer)[i]);
+    size |= uint64_t{byte & 0x7fu} << (7 * i);
+    if ((byte & 0x80) == 0) break;
+  }
+  if (size > kMaxMessageBytes) return Unframe::kBad;
+  if (buffer->size() - (i + 1) < size) return Unframe::kMore;
+  const bool ok = message->ParseFromArray(buffer->data() + i + 1, static_cast<int>(size));
+  buffer->erase(0, i + 1 + size);
+  return ok ? Unframe::kMessage : Unframe::kBad;
+}
+
+bool WriteAll(int fd, const std::string& s) {
   size_t done = 0;
   while (done < s.size()) {
     ssize_t n = write(fd, s.data() + done, s.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
+    if (n <= 0) return false;
     done += static_cast<size_t>(n);
   }
+  return true;
+}
+
+void ToPairs(const std::vector<std::pair<std::string, std::string>>& pairs,
+             google::protobuf::RepeatedPtrField<worker::Pair>* out) {
+  for (const auto& [name, value] : pairs) {
+    worker::Pair* p = out->Add();
+    p->set_name(name);
+    p->set_value(value);
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> FromPairs(
+    const google::protobuf::RepeatedPtrField<worker::Pair>& pairs) {
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(pairs.size());
+  for (const worker::Pair& p : pairs) out.emplace_back(p.name(), p.value());
+  return out;
+}
+
+worker::Reply::Done::Status ToProto(TrialStatus s) {
+  switch (s) {
+    case TrialStatus::kOk:
+      return worker::Reply::Done::OK;
+    case TrialStatus::kWrongResult:
+      return worker::Reply::Done::WRONG_RESULT;
+    case TrialStatus::kCrashed:
+      return worker::Reply::Done::CRASHED;
+    case TrialStatus::kTimedOut:
+      return worker::Reply::Done::TIMED_OUT;
+    case TrialStatus::kIllegal:
+      return worker::Reply::Done::ILLEGAL;
+    case TrialStatus::kError:
+      break;
+  }
+  return worker::Reply::Done::ERROR;
+}
+
+TrialStatus FromProto(worker::Reply::Done::Status s) {
+  switch (s) {
+    case worker::Reply::Done::OK:
+      return TrialStatus::kOk;
+    case worker::Reply::Done::WRONG_RESULT:
+      return TrialStatus::kWrongResult;
+    case worker::Reply::Done::CRASHED:
+      return TrialStatus::kCrashed;
+    case worker::Reply::Done::TIMED_OUT:
+      return TrialStatus::kTimedOut;
+    case worker::Reply::Done::ILLEGAL:
+      return TrialStatus::kIllegal;
+    default:
+      return TrialStatus::kError;
+  }
+}
+
+// The key of a candidate in IsolatedRunner::verified_: every part framed by
+// its length, so no byte in a name or value can make two keys collide.
+std::string CandidateKey(const std::string& name, const Params& params) {
+  std::string key = absl::StrCat(name.size(), ":", name);
+  for (const auto& [k, v] : params) absl::StrAppend(&key, k.size(), ":", k, v.size(), ":", v);
+  return key;
 }
 
 }  // namespace
 
-std::string WorkerJob::Serialize() const {
-  std::vector<std::string> inputs, plugin_list, types;
-  for (const auto& [name, path] : input_files) inputs.push_back(absl::StrCat(name, ":", path));
-  for (const auto& [name, dtype] : dtypes) types.push_back(absl::StrCat(name, ":", dtype));
-  return absl::StrCat("job\top=", op, "\tvalues=",
-                      absl::StrJoin(values, ",", absl::PairFormatter("=")), "\tdtypes=", absl::StrJoin(types, ";"),
-                      "\twith=", absl::StrJoin(with, ","), "\tdist=", DistName(dist),
-                      "\tpartition=", PartitionName(partition), "\tseed=", seed,
-                      "\tinputs=", absl::StrJoin(inputs, ";"), "\tplugins=", absl::StrJoin(plugins, ";"),
-                      "\twarmup=", warmup, "\tthreads=", threads, "\tmax_seconds=", max_seconds_per_run, "\n");
+void WorkerJob::ToProto(worker::Job* out) const {
+  out->Clear();
+  out->set_op(op);
+  ToPairs(values, out->mutable_values());
+  ToPairs(dtypes, out->mutable_dtypes());
+  for (const std::string& w : with) out->add_with(w);
+  out->set_dist(std::string(DistName(dist)));
+  out->set_partition(std::string(PartitionName(partition)));
+  out->set_seed(seed);
+  ToPairs(input_files, out->mutable_input_files());
+  for (const std::string& p : plugins) out->add_plugins(p);
+  out->set_warmup(warmup);
+  out->set_threads(threads);
+  out->set_max_seconds_per_run(max_seconds_per_run);
 }
 
-absl::StatusOr<WorkerJob> WorkerJob::Parse(absl::string_view line) {
-  std::vector<absl::string_view> fields = absl::StrSplit(line, '\t');
-  if (fields.empty() || fields[0] != "job") return absl::InvalidArgumentError("worker: expected a job line");
+absl::StatusOr<WorkerJob> WorkerJob::FromProto(const worker::Job& proto) {
   WorkerJob job;
-  for (size_t i = 1; i < fields.size(); ++i) {
-    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(fields[i], absl::MaxSplits('=', 1));
-    const absl::string_view key = kv.first, value = kv.second;
-    bool ok = true;
-    if (key == "op") {
-      job.op = std::string(value);
-    } else if (key == "values") {
-      absl::StatusOr<NamedValues> v = ParseNamedValues(value);
-      ok = v.ok();
-      if (ok) job.values = *v;
-    } else if (key == "dtypes") {
-      for (absl::string_view item : absl::StrSplit(value, ';', absl::SkipEmpty())) {
-        std::pair<std::string, std::string> t = absl::StrSplit(item, absl::MaxSplits(':', 1));
-        job.dtypes.push_back(std::move(t));
-      }
-    } else if (key == "with") {
-      for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipEmpty())) job.with.emplace_back(item);
-    } else if (key == "dist") {
-      absl::StatusOr<Dist> d = ParseDist(value);
-      ok = d.ok();
-      if (ok) job.dist = *d;
-    } else if (key == "partition") {
-      absl::StatusOr<Partition> p = ParsePartition(value);
-      ok = p.ok();
-      if (ok) job.partition = *p;
-    } else if (key == "seed") {
-      ok = absl::SimpleAtoi(value, &job.seed);
-    } else if (key == "inputs") {
-      for (absl::string_view item : absl::StrSplit(value, ';', absl::SkipEmpty())) {
-        std::pair<std::string, std::string> in = absl::StrSplit(item, absl::MaxSplits(':', 1));
-        job.input_files.push_back(std::move(in));
-      }
-    } else if (key == "plugins") {
-      for (absl::string_view item : absl::StrSplit(value, ';', absl::SkipEmpty())) job.plugins.emplace_back(item);
-    } else if (key == "warmup") {
-      ok = absl::SimpleAtoi(value, &job.warmup);
-    } else if (key == "threads") {
-      ok = absl::SimpleAtoi(value, &job.threads);
-    } else if (key == "max_seconds") {
-      ok = absl::SimpleAtod(value, &job.max_seconds_per_run);
-    }
-    if (!ok) return absl::InvalidArgumentError(absl::StrCat("worker: bad job field '", fields[i], "'"));
+  job.op = proto.op();
+  job.values = FromPairs(proto.values());
+  job.dtypes = FromPairs(proto.dtypes());
+  job.with.assign(proto.with().begin(), proto.with().end());
+  if (!proto.dist().empty()) {
+    absl::StatusOr<Dist> d = ParseDist(proto.dist());
+    if (!d.ok()) return d.status();
+    job.dist = *d;
   }
+  if (!proto.partition().empty()) {
+    absl::StatusOr<Partition> p = ParsePartition(proto.partition());
+    if (!p.ok()) return p.status();
+    job.partition = *p;
+  }
+  job.seed = proto.seed();
+  job.input_files = FromPairs(proto.input_files());
+  job.plugins.assign(proto.plugins().begin(), proto.plugins().end());
+  job.warmup = proto.warmup();
+  job.threads = proto.threads();
+  job.max_seconds_per_run = proto.max_seconds_per_run();
   return job;
 }
 
@@ -126,6 +208,71 @@ absl::StatusOr<ProblemOptions> WorkerJob::Options() const {
   return options;
 }
 
+// ---- Finding the worker -------------------------------------------------------
+
+namespace {
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string RealPath(const std::string& path) {
+  char* real = realpath(path.c_str(), nullptr);
+  if (real == nullptr) return "";
+  std::string out(real);
+  std::free(real);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> FindWorker() {
+  if (const char* env = std::getenv("KREG_WORKER"); env != nullptr && *env != '\0') {
+    if (IsExecutableFile(env)) return std::vector<std::string>{env};
+    return absl::NotFoundError(absl::StrCat("KREG_WORKER=", env, " is not an executable file"));
+  }
+  std::vector<std::string> looked;  // in order, without repeats
+  auto look = [&](const std::string& path) {
+    if (path.empty() || std::find(looked.begin(), looked.end(), path) != looked.end()) return false;
+    looked.push_back(path);
+    return IsExecutableFile(path);
+  };
+  auto next_to = [&](const std::string& file, std::string* found) {
+    if (file.empty()) return false;
+    for (const char* relative : {"../libexec/kreg/kreg-worker", KREG_WORKER_RELATIVE_PATH}) {
+      std::string candidate = absl::StrCat(DirOf(file), "/", relative);
+      if (look(candidate)) {
+        // Absolute, so that it still holds if the caller changes directory.
+        std::string real = RealPath(candidate);
+        *found = real.empty() ? candidate : real;
+        return true;
+      }
+    }
+    return false;
+  };
+  std::string found;
+  // The binary or shared object holding this code: a Python extension, the
+  // kreg binary (whose dli_fname is then argv[0], resolved against the
+  // working directory as long as it holds a '/'). Its real path first, so a
+  // symlink into PATH still finds the install it points into.
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&FindWorker), &info) != 0 && info.dli_fname != nullptr &&
+      std::strchr(info.dli_fname, '/') != nullptr) {
+    if (next_to(RealPath(info.dli_fname), &found) || next_to(info.dli_fname, &found)) return std::vector{found};
+  }
+  if (next_to(RealPath("/proc/self/exe"), &found)) return std::vector{found};
+  if (look(KREG_WORKER_INSTALL_PATH)) return std::vector<std::string>{KREG_WORKER_INSTALL_PATH};
+  return absl::NotFoundError(absl::StrCat("kreg-worker, the tuner's measuring program, not found (set KREG_WORKER); "
+                                          "looked for ", absl::StrJoin(looked, ", ")));
+}
+
 // ---- The parent's side ------------------------------------------------------
 
 IsolatedRunner::IsolatedRunner(std::vector<std::string> command, WorkerJob job, double timeout_seconds)
@@ -134,6 +281,7 @@ IsolatedRunner::IsolatedRunner(std::vector<std::string> command, WorkerJob job, 
 IsolatedRunner::~IsolatedRunner() { Kill(); }
 
 absl::Status IsolatedRunner::Spawn() {
+  if (command_.empty()) return absl::InvalidArgumentError("no worker command");
   // A worker that dies before reading its input must not take the tuner
   // with it: writes to its pipe then fail with EPIPE instead of raising
   // SIGPIPE. (Only a default disposition is changed.)
@@ -177,10 +325,15 @@ absl::Status IsolatedRunner::Spawn() {
   pid_ = pid;
   to_ = in[1];
   from_ = out[0];
+  // Writes wait in poll(), so that a worker that does not read (busy
+  // setting up, hung) cannot block the tuner past its timeout or stop flag.
+  fcntl(to_, F_SETFL, fcntl(to_, F_GETFL) | O_NONBLOCK);
   buffer_.clear();
   fresh_ = true;
   ++started_;
-  WriteAll(to_, job_.Serialize());
+  worker::Job job;
+  job_.ToProto(&job);
+  pending_ = Frame(job);
   return absl::OkStatus();
 }
 
@@ -219,22 +372,20 @@ std::string IsolatedRunner::ExitReason() {
   return absl::StrCat("worker exited with status ", WEXITSTATUS(status));
 }
 
-bool IsolatedRunner::ReadLine(double seconds, std::string* line, bool* timed_out) {
-  *timed_out = false;
+IsolatedRunner::Lost IsolatedRunner::ReadReply(double seconds, worker::Reply* reply) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   for (;;) {
-    size_t nl = buffer_.find('\n');
-    if (nl != std::string::npos) {
-      *line = buffer_.substr(0, nl);
-      buffer_.erase(0, nl + 1);
-      return true;
+    switch (TakeMessage(&buffer_, reply)) {
+      case Unframe::kMessage:
+        return Lost::kNone;
+      case Unframe::kBad:
+        return Lost::kGarbled;
+      case Unframe::kMore:
+        break;
     }
-    if (stop_ != nullptr && stop_->load()) return false;
+    if (stop_ != nullptr && stop_->load()) return Lost::kStopped;
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-    if (left <= 0) {
-      *timed_out = true;
-      return false;
-    }
+    if (left <= 0) return Lost::kTimedOut;
     pollfd p{from_, POLLIN, 0};
     int rc = poll(&p, 1, static_cast<int>(std::min(left * 1000 + 1, 100.0)));
     if (rc < 0 && errno == EINTR) continue;
@@ -242,90 +393,195 @@ bool IsolatedRunner::ReadLine(double seconds, std::string* line, bool* timed_out
     char buf[4096];
     ssize_t n = read(from_, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n <= 0) return Lost::kDied;
     buffer_.append(buf, static_cast<size_t>(n));
   }
 }
 
+IsolatedRunner::Lost IsolatedRunner::Write(const std::string& data, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(to_, data.data() + done, data.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (stop_ != nullptr && stop_->load()) return Lost::kStopped;
+      const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+      if (left <= 0) return Lost::kTimedOut;
+      pollfd p{to_, POLLOUT, 0};
+      poll(&p, 1, static_cast<int>(std::min(left * 1000 + 1, 100.0)));
+      continue;
+    }
+    return Lost::kDied;  // EPIPE: it exited; ExitReason says how
+  }
+  return Lost::kNone;
+}
+
+IsolatedRunner::Answer IsolatedRunner::Ask(const std::string& request, int64_t id, worker::Reply* reply) {
+  Answer a;
+  if (pid_ <= 0) {
+    if (absl::Status s = Spawn(); !s.ok()) {
+      a.why = fatal_ = std::string(s.message());
+      return a;
+    }
+  }
+  // A fresh worker builds its inputs and the reference before it reads its
+  // first request and answers Started.
+  const bool fresh = fresh_;
+  fresh_ = false;
+  const double setup = fresh ? kSetupSeconds : timeout_;
+  a.lost = Write(pending_ + request, setup);
+  pending_.clear();
+  while (a.lost == Lost::kNone) {
+    a.lost = ReadReply(a.started ? timeout_ : setup, reply);
+    if (a.lost != Lost::kNone) break;
+    switch (reply->kind_case()) {
+      case worker::Reply::kFatal:
+        a.why = fatal_ = reply->fatal().message();
+        if (fatal_.empty()) a.why = fatal_ = "the worker failed without a reason";
+        Kill();
+        return a;
+      case worker::Reply::kStarted:
+        if (reply->started().id() == id) a.started = true;
+        break;
+      case worker::Reply::kDone:
+        if (reply->done().id() == id) a.ok = true;
+        break;
+      case worker::Reply::kChecked:
+        if (reply->checked().id() == id) a.ok = true;
+        break;
+      default:
+        break;
+    }
+    if (a.ok) return a;
+  }
+  switch (a.lost) {
+    case Lost::kStopped:
+      Kill();
+      a.why = "interrupted";
+      return a;
+    case Lost::kGarbled:
+      Kill();
+      a.why = "the worker broke the protocol (a message that does not parse); worker killed";
+      return a;
+    case Lost::kTimedOut:
+      Kill();
+      a.why = a.started || !fresh ? absl::StrCat("no result within ", timeout_, " s; worker killed")
+                                  : absl::StrCat("the worker did not set the problem up within ", kSetupSeconds,
+                                                 " s; worker killed");
+      break;
+    case Lost::kDied:
+    case Lost::kNone:
+      a.why = ExitReason();
+      break;
+  }
+  // Setting up is the same for every request: a worker that crashes or
+  // hangs there would do so again.
+  if (fresh && !a.started) a.why = fatal_ = absl::StrCat("the worker failed while setting the problem up: ", a.why);
+  return a;
+}
+
 Measurement IsolatedRunner::Measure(const std::string& name, const Params& params, int reps) {
   Measurement m;
-  if (!Clean(name) || !std::all_of(params.begin(), params.end(), [](const auto& p) {
-        return Clean(p.first) && Clean(p.second);
-      })) {
-    m.error = "a kernel name or parameter holds a tab or newline";
-    return m;
-  }
   if (!fatal_.empty()) {
     m.error = fatal_;
     return m;
   }
-  if (pid_ <= 0) {
-    if (absl::Status s = Spawn(); !s.ok()) {
-      m.error = fatal_ = std::string(s.message());
-      return m;
-    }
+  const int64_t id = next_id_++;
+  const std::string key = CandidateKey(name, params);
+  worker::Request request;
+  worker::Request::Run* run = request.mutable_run();
+  run->set_id(id);
+  run->set_kernel(name);
+  ToPairs(params, run->mutable_params());
+  run->set_reps(reps);
+  run->set_verified(verified_.contains(key));
+  worker::Reply reply;
+  const Answer a = Ask(Frame(request), id, &reply);
+  if (!a.ok) {
+    m.error = a.why;
+    if (fatal_.empty() && a.lost == Lost::kTimedOut) m.status = TrialStatus::kTimedOut;
+    if (fatal_.empty() && a.lost == Lost::kDied) m.status = TrialStatus::kCrashed;
+    return m;
   }
-  const int id = next_id_++;
-  std::string line = absl::StrCat("run\t", id, "\t", name, "\t", reps);
-  for (const auto& [k, v] : params) absl::StrAppend(&line, "\t", k, "=", v);
-  WriteAll(to_, line + "\n");
-  // A fresh worker builds its inputs before it answers `start`.
-  double wait = fresh_ ? kSetupSeconds : timeout_;
-  fresh_ = false;
-  bool timed_out = false;
-  std::string reply;
-  for (;;) {
-    if (!ReadLine(wait, &reply, &timed_out)) break;
-    std::vector<std::string> f = absl::StrSplit(reply, '\t');
-    if (f[0] == "fatal") {
-      m.error = fatal_ = f.size() > 1 ? f[1] : "worker failed";
-      Kill();
-      return m;
-    }
-    if (f[0] == "start" && f.size() > 1 && f[1] == absl::StrCat(id)) wait = timeout_;
-    if (f[0] == "done" && f.size() >= 8 && f[1] == absl::StrCat(id)) {
-      absl::StatusOr<TrialStatus> status = ParseTrialStatus(f[2]);
-      m.status = status.ok() ? *status : TrialStatus::kError;
-      bool ok = absl::SimpleAtod(f[3], &m.median_ns) && absl::SimpleAtod(f[4], &m.min_ns) &&
-                absl::SimpleAtod(f[5], &m.max_ns) && absl::SimpleAtoi(f[6], &m.reps);
-      if (!ok) m.status = TrialStatus::kError;
-      m.error = f[7];
-      return m;
-    }
+  if (!reply.has_done()) {
+    m.error = "the worker answered a measurement with a legality check";
+    return m;
   }
-  if (stop_ != nullptr && stop_->load()) {
-    Kill();
-    m.error = "interrupted";
-  } else if (timed_out) {
-    Kill();
-    m.status = TrialStatus::kTimedOut;
-    m.error = absl::StrCat("no result within ", timeout_, " s; worker killed");
-  } else {
-    m.status = TrialStatus::kCrashed;
-    m.error = ExitReason();
-  }
+  const worker::Reply::Done& done = reply.done();
+  m.status = FromProto(done.status());
+  m.median_ns = done.median_ns();
+  m.min_ns = done.min_ns();
+  m.max_ns = done.max_ns();
+  m.reps = done.reps();
+  m.error = done.error();
+  if (m.ok()) verified_.insert(key);
   return m;
+}
+
+std::vector<Legality> IsolatedRunner::CheckLegal(const std::string& name, const std::vector<Params>& configs) {
+  std::vector<Legality> out(configs.size());
+  auto all = [&](TrialStatus status, const std::string& why) {
+    for (Legality& l : out) l = {status, why};
+    return out;
+  };
+  if (configs.empty()) return out;
+  if (!fatal_.empty()) return all(TrialStatus::kError, fatal_);
+  const int64_t id = next_id_++;
+  worker::Request request;
+  worker::Request::Check* check = request.mutable_check();
+  check->set_id(id);
+  check->set_kernel(name);
+  for (const Params& params : configs) ToPairs(params, check->add_candidates()->mutable_params());
+  worker::Reply reply;
+  const Answer a = Ask(Frame(request), id, &reply);
+  if (!a.ok) {
+    if (fatal_.empty() && a.lost == Lost::kTimedOut) {
+      return all(TrialStatus::kTimedOut, absl::StrCat("the kernel's check hung: ", a.why));
+    }
+    if (fatal_.empty() && a.lost == Lost::kDied) {
+      return all(TrialStatus::kCrashed, absl::StrCat("the kernel's check crashed: ", a.why));
+    }
+    return all(TrialStatus::kError, a.why);
+  }
+  if (!reply.has_checked() || static_cast<size_t>(reply.checked().legality_size()) != configs.size()) {
+    return all(TrialStatus::kError, "the worker's answer to a legality check does not match the request");
+  }
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const worker::Reply::Legality& l = reply.checked().legality(static_cast<int>(i));
+    out[i].status = l.legal() ? TrialStatus::kOk : l.error() ? TrialStatus::kError : TrialStatus::kIllegal;
+    out[i].why = l.legal() ? "" : l.why();
+  }
+  return out;
 }
 
 // ---- The worker's side ------------------------------------------------------
 
 namespace {
 
-class LineReader {
+// Blocking reads of framed messages.
+class MessageReader {
  public:
-  explicit LineReader(int fd) : fd_(fd) {}
-  bool Next(std::string* line) {
+  explicit MessageReader(int fd) : fd_(fd) {}
+  enum Result { kMessage, kEnd, kBad };
+  Result Next(google::protobuf::MessageLite* message) {
     for (;;) {
-      size_t nl = buffer_.find('\n');
-      if (nl != std::string::npos) {
-        *line = buffer_.substr(0, nl);
-        buffer_.erase(0, nl + 1);
-        return true;
+      switch (TakeMessage(&buffer_, message)) {
+        case Unframe::kMessage:
+          return kMessage;
+        case Unframe::kBad:
+          return kBad;
+        case Unframe::kMore:
+          break;
       }
-      char buf[4096];
+      char buf[65536];
       ssize_t n = read(fd_, buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
+      if (n <= 0) return kEnd;
       buffer_.append(buf, static_cast<size_t>(n));
     }
   }
@@ -334,13 +590,6 @@ class LineReader {
   int fd_;
   std::string buffer_;
 };
-
-std::string OneLine(absl::string_view s) {
-  std::string out(s);
-  std::replace(out.begin(), out.end(), '\t', ' ');
-  std::replace(out.begin(), out.end(), '\n', ' ');
-  return out;
-}
 
 // Inputs smaller than this are rotated among several buffers.
 constexpr size_t kRotateBelowBytes = size_t{64} << 20;
@@ -354,17 +603,27 @@ int WorkerMain(int in_fd, int protocol_fd) {
   if (getppid() != parent) return 1;
   // The protocol gets its own descriptor; whatever a kernel prints to
   // stdout goes to stderr instead of into the protocol.
-  const int out_fd = protocol_fd == 1 ? dup(1) : protocol_fd;
+  const int out_fd = protocol_fd == 1 ? fcntl(1, F_DUPFD_CLOEXEC, 3) : protocol_fd;
   if (out_fd < 0) return 1;
   if (protocol_fd == 1) dup2(2, 1);
-  LineReader in(in_fd);
-  std::string line;
+  MessageReader in(in_fd);
+  auto send = [&](const worker::Reply& reply) { WriteAll(out_fd, Frame(reply)); };
   auto fatal = [&](absl::string_view why) {
-    WriteAll(out_fd, absl::StrCat("fatal\t", OneLine(why), "\n"));
+    worker::Reply reply;
+    reply.mutable_fatal()->set_message(std::string(why));
+    send(reply);
     return 1;
   };
-  if (!in.Next(&line)) return 1;
-  absl::StatusOr<WorkerJob> job = WorkerJob::Parse(line);
+  worker::Job job_proto;
+  switch (in.Next(&job_proto)) {
+    case MessageReader::kMessage:
+      break;
+    case MessageReader::kEnd:
+      return 1;
+    case MessageReader::kBad:
+      return fatal("worker: the job does not parse");
+  }
+  absl::StatusOr<WorkerJob> job = WorkerJob::FromProto(job_proto);
   if (!job.ok()) return fatal(job.status().message());
   Registry registry;
   for (const absl::Status& s : registry.LoadPlugins(job->plugins)) return fatal(s.message());
@@ -394,40 +653,81 @@ int WorkerMain(int in_fd, int protocol_fd) {
   for (auto& p : problems) rotation.push_back(p.get());
   // The reference is computed now, before any candidate's clock starts.
   if (absl::Status s = problems[0]->ComputeReference(); !s.ok()) return fatal(s.message());
-  absl::flat_hash_set<std::string> verified;  // "kernel\tparams" that passed
+  absl::flat_hash_set<std::string> verified;  // candidates that passed, by CandidateKey
 
-  while (in.Next(&line)) {
-    std::vector<std::string> f = absl::StrSplit(line, '\t');
-    int reps = 0;
-    if (f.size() < 4 || f[0] != "run" || !absl::SimpleAtoi(f[3], &reps)) return fatal("bad run line");
-    WriteAll(out_fd, absl::StrCat("start\t", f[1], "\n"));
-    Measurement m;
-    absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry.Get(f[2]);
-    Params params;
-    for (size_t i = 4; i < f.size(); ++i) {
-      std::pair<std::string, std::string> kv = absl::StrSplit(f[i], absl::MaxSplits('=', 1));
-      params.push_back(std::move(kv));
+  worker::Request request;
+  for (;;) {
+    switch (in.Next(&request)) {
+      case MessageReader::kMessage:
+        break;
+      case MessageReader::kEnd:
+        return 0;
+      case MessageReader::kBad:
+        return fatal("worker: a request does not parse");
     }
+    worker::Reply reply;
+    if (request.has_check()) {
+      const worker::Request::Check& check = request.check();
+      reply.mutable_started()->set_id(check.id());
+      send(reply);
+      reply.Clear();
+      worker::Reply::Checked* checked = reply.mutable_checked();
+      checked->set_id(check.id());
+      absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry.Get(check.kernel());
+      for (const worker::Candidate& candidate : check.candidates()) {
+        worker::Reply::Legality* legality = checked->add_legality();
+        if (!kernel.ok()) {
+          legality->set_error(true);
+          legality->set_why(std::string(kernel.status().message()));
+          continue;
+        }
+        if (!(*kernel)->available()) {
+          legality->set_why(absl::StrCat((*kernel)->name(), " needs ",
+                                         IsaString((*kernel)->required_isa() & ~CpuIsa()), ", which this CPU lacks"));
+          continue;
+        }
+        absl::StatusOr<Config> config = (*kernel)->ParseConfig(FromPairs(candidate.params()));
+        absl::Status s = config.ok() ? (*kernel)->Check(*config, *problems[0]->args()) : config.status();
+        legality->set_legal(s.ok());
+        if (!s.ok()) legality->set_why(std::string(s.message()));
+      }
+      send(reply);
+      continue;
+    }
+    if (!request.has_run()) return fatal("worker: a request that is neither run nor check");
+    const worker::Request::Run& run = request.run();
+    reply.mutable_started()->set_id(run.id());
+    send(reply);
+    Measurement m;
+    const Params params = FromPairs(run.params());
+    absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry.Get(run.kernel());
     if (!kernel.ok()) {
       m.error = std::string(kernel.status().message());
     } else if (absl::StatusOr<Config> config = (*kernel)->ParseConfig(params); !config.ok()) {
       m.status = TrialStatus::kIllegal;
       m.error = std::string(config.status().message());
     } else {
-      const std::string id = absl::StrCat(f[2], "\t", (*kernel)->ConfigString(*config));
+      const std::string id = CandidateKey(run.kernel(), (*kernel)->ConfigPairs(*config));
       MeasureOptions measure;
       measure.warmup = job->warmup;
-      measure.reps = reps;
+      measure.reps = run.reps();
       measure.max_seconds = job->max_seconds_per_run;
-      measure.verified = verified.contains(id);
+      measure.verified = run.verified() || verified.contains(id);
       measure.run.num_threads = job->threads;
       m = MeasureKernel(**kernel, *config, rotation, measure);
       if (m.ok()) verified.insert(id);
     }
-    WriteAll(out_fd, absl::StrCat("done\t", f[1], "\t", TrialStatusName(m.status), "\t", m.median_ns, "\t",
-                                  m.min_ns, "\t", m.max_ns, "\t", m.reps, "\t", OneLine(m.error), "\n"));
+    reply.Clear();
+    worker::Reply::Done* done = reply.mutable_done();
+    done->set_id(run.id());
+    done->set_status(ToProto(m.status));
+    done->set_median_ns(m.median_ns);
+    done->set_min_ns(m.min_ns);
+    done->set_max_ns(m.max_ns);
+    done->set_reps(m.reps);
+    done->set_error(m.error);
+    send(reply);
   }
-  return 0;
 }
 
 }  // namespace kreg

@@ -158,6 +158,29 @@ bool SameBits(const void* a, const void* b, size_t size) { return std::memcmp(a,
 
 }  // namespace
 
+absl::Status MakeShapeArgs(const Op& op, const Values& given_values, const ProblemOptions& options,
+                           ShapeArgs* out) {
+  Values values = given_values;
+  std::map<std::string, const Tensor*> given;
+  std::map<std::string, DType> given_types;
+  for (const auto& [name, t] : options.inputs) {
+    given[name] = &t;
+    given_types[name] = t.dtype();
+  }
+  absl::StatusOr<TensorTypes> types = op.ResolveTypes(options.dtypes, options.with, given_types);
+  if (!types.ok()) return types.status();
+  if (absl::Status s = op.DimsFromInputs(given, &values); !s.ok()) return s;
+  return op.MakeShapeArgs(values, *types, out);
+}
+
+absl::StatusOr<std::string> DataClassOf(const Op& op, const kreg_args& args, const ProblemOptions& options,
+                                        absl::string_view given) {
+  if (!given.empty()) return std::string(given);
+  if (op.has_data_class() && !(args.flags & KREG_ARGS_SHAPE_ONLY)) return op.DataClass(args);
+  if (options.dist == Dist::kNormal || !options.inputs.empty()) return std::string();
+  return absl::StrCat("dist=", DistName(options.dist));
+}
+
 absl::StatusOr<std::unique_ptr<Problem>> Problem::Make(std::shared_ptr<const Op> op_ptr,
                                                        std::shared_ptr<const Kernel> reference,
                                                        const Values& given_values,

@@ -190,6 +190,7 @@ struct Lut::Impl {
     const Kernel* kernel = nullptr;  // nullptr: cannot answer, see `problem`
     Config config;
     tuning::Trial trial;
+    bool incomplete = false;  // its sweep was cut short
     std::string problem;
   };
   // An entry's key, compact for the exact path: strings interned in
@@ -502,6 +503,7 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry) {
     Impl::Item item;
     item.dims = CanonicalDims(op, KeyDims(e.key()));
     item.key_text = KeyString(e.key());
+    item.incomplete = e.incomplete();
     const TensorTypes* types = op_entry->FindTypes(e.key().dtype());
     if (types == nullptr) {
       absl::StatusOr<TensorTypes> parsed = op.TypesFromKey(e.key().dtype());
@@ -675,6 +677,7 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_vie
         answer.tuned_dims = &item.dims;
         answer.distance = 0;
         answer.trial = &item.trial;
+        answer.incomplete = item.incomplete;
         return answer;
       }
       answer.warnings.push_back(item.problem);
@@ -747,6 +750,7 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_vie
         answer.tuned_dims = &item.dims;
         answer.distance = candidates[c].dist;
         answer.trial = &item.trial;
+        answer.incomplete = item.incomplete;
         return answer;
       }
     }

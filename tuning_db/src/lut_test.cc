@@ -512,6 +512,68 @@ TEST(Files, WinnersOnlySaveKeepsBestAndRunnerUp) {
   EXPECT_EQ(e->runner_up().variant(), "radix");
 }
 
+TEST(Files, BestPerVariantKeepsEachVariantsFastestTrial) {
+  TuningDb db;
+  db.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 500));
+  db.AddTrial(Key(8, 1000, 10), Sort("nth_element", 400));
+  db.AddTrial(Key(8, 1000, 10), Radix(8, 300));
+  db.AddTrial(Key(8, 1000, 10), Radix(11, 250));
+  db.AddTrial(Key(8, 1000, 10), Radix(12, 260));
+  std::string dir = TempDir("per_variant");
+  ASSERT_TRUE(db.Save(dir + "/t.txtpb", {.best_per_variant = true}).ok());
+  absl::StatusOr<TuningDb> back = TuningDb::Load(dir + "/t.txtpb");
+  ASSERT_TRUE(back.ok()) << back.status();
+  const tuning::Entry* e = back->FindEntry(Key(8, 1000, 10));
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(e->trials_size(), 2);  // one per variant, fastest first
+  EXPECT_EQ(e->trials(0).variant(), "radix");
+  EXPECT_EQ(ConfigText(e->trials(0).config()), "first_bits=11 round_bits=8 capacity=4096");
+  EXPECT_EQ(e->trials(1).variant(), "sort");
+  EXPECT_EQ(ConfigText(e->trials(1).config()), "method=nth_element");
+  EXPECT_EQ(e->best().median_ns(), 250);
+  EXPECT_EQ(e->runner_up().variant(), "sort");
+}
+
+TEST(Files, TextThatIsNotUtf8IsEscapedSoTheTableStaysReadable) {
+  TuningDb db;
+  const tuning::ProblemKey key =
+      MakeProblemKey("topk", "f32", {{"batch", 1}, {"n", 10}, {"k", 1}}, kMachine, "class\xff\xfe");
+  tuning::Trial failed = Sort("partial_sort", 0);
+  failed.set_status(tuning::Trial::ERROR);
+  failed.set_error(std::string("plugin said \xff\x80 and \xc3\xa9"));
+  db.AddTrial(key, failed);
+  db.AddTrial(key, Sort("nth_element", 5));
+  std::string dir = TempDir("utf8");
+  ASSERT_TRUE(db.Save(dir + "/t.kdb").ok());
+  absl::StatusOr<TuningDb> back = TuningDb::Load(dir + "/t.kdb");
+  ASSERT_TRUE(back.ok()) << back.status();
+  // The raw key still finds its (escaped) entry.
+  const tuning::Entry* e = back->FindEntry(key);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->key().data_class(), "class\\xff\\xfe");
+  bool seen = false;
+  for (const tuning::Trial& t : e->trials()) {
+    if (t.status() == tuning::Trial::ERROR) {
+      EXPECT_EQ(t.error(), "plugin said \\xff\\x80 and \xc3\xa9");  // valid UTF-8 kept
+      seen = true;
+    }
+  }
+  EXPECT_TRUE(seen);
+}
+
+TEST(Recording, IncompleteSweepsAreMarkedAndMergedWithTheirTime) {
+  TuningDb a, b;
+  a.AddTrial(Key(8, 1000, 10), Sort("nth_element", 5));
+  a.SetTuningInfo(Key(8, 1000, 10), "kreg test", "halving", /*tuned_at=*/10, /*complete=*/false);
+  EXPECT_TRUE(a.FindEntry(Key(8, 1000, 10))->incomplete());
+  b.SetTuningInfo(Key(8, 1000, 10), "kreg test", "exhaustive", /*tuned_at=*/20, /*complete=*/true);
+  a.MergeFrom(b);  // the later, complete sweep wins
+  EXPECT_FALSE(a.FindEntry(Key(8, 1000, 10))->incomplete());
+  b.SetTuningInfo(Key(8, 1000, 10), "kreg test", "halving", /*tuned_at=*/30, /*complete=*/false);
+  a.MergeFrom(b);
+  EXPECT_TRUE(a.FindEntry(Key(8, 1000, 10))->incomplete());
+}
+
 TEST(Files, SaveMergedOverACorruptFileFailsAndLeavesItIntact) {
   std::string dir = TempDir("merge_corrupt");
   const std::string path = dir + "/t.kdb";
@@ -731,6 +793,22 @@ TEST_F(Query, ExactHit) {
     EXPECT_THAT(a->warnings, IsEmpty());
   }
   EXPECT_EQ(MatchName(Match::kExact), "exact");
+}
+
+TEST_F(Query, AnswersSayWhenTheirSweepWasCutShort) {
+  TuningDb db;
+  db.AddTrial(Key(8, 1000, 10), Sort("nth_element", 5));
+  db.SetTuningInfo(Key(8, 1000, 10), "kreg test", "exhaustive", 1, /*complete=*/false);
+  db.AddTrial(Key(8, 1000, 100), Sort("nth_element", 5));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+  absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kExact);
+  EXPECT_TRUE(a->incomplete);
+  a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 100}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(a->incomplete);
 }
 
 TEST_F(Query, ExactLookupAllocatesNothing) {

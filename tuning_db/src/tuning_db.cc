@@ -17,6 +17,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/text_format.h"
 #include "kreg/lut.h"
+#include "kreg/text.h"
 
 namespace kreg {
 namespace {
@@ -69,8 +70,9 @@ std::string KeyId(const tuning::ProblemKey& key) {
   std::vector<std::string> dims;
   for (const tuning::Dim& d : key.dims()) dims.push_back(absl::StrCat(d.name(), "=", d.value()));
   std::sort(dims.begin(), dims.end());
-  return absl::StrCat(key.op(), "\x1f", key.dtype(), "\x1f", absl::StrJoin(dims, ","), "\x1f",
-                      key.machine_id(), "\x1f", key.data_class());
+  // As Sanitize would store it, so raw and stored keys find each other.
+  return ValidUtf8(absl::StrCat(key.op(), "\x1f", key.dtype(), "\x1f", absl::StrJoin(dims, ","), "\x1f",
+                                key.machine_id(), "\x1f", key.data_class()));
 }
 
 std::string ConfigId(const tuning::Config& config) {
@@ -88,6 +90,30 @@ std::string TrialId(absl::string_view variant, uint32_t version, const tuning::C
 }
 std::string TrialId(const Trial& t) {
   return TrialId(t.variant(), t.variant_version(), t.config());
+}
+
+// Every string field of `m`, recursively, made valid UTF-8 (proto3 refuses
+// to parse anything else, so one bad byte would make a whole table
+// unreadable).
+void Sanitize(google::protobuf::Message* m) {
+  const google::protobuf::Descriptor* d = m->GetDescriptor();
+  const google::protobuf::Reflection* r = m->GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_STRING) {
+      if (f->is_repeated()) {
+        for (int j = 0; j < r->FieldSize(*m, f); ++j) r->SetRepeatedString(m, f, j, ValidUtf8(r->GetRepeatedString(*m, f, j)));
+      } else if (r->HasField(*m, f)) {
+        r->SetString(m, f, ValidUtf8(r->GetString(*m, f)));
+      }
+    } else if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (f->is_repeated()) {
+        for (int j = 0; j < r->FieldSize(*m, f); ++j) Sanitize(r->MutableRepeatedMessage(m, f, j));
+      } else if (r->HasField(*m, f)) {
+        Sanitize(r->MutableMessage(m, f));
+      }
+    }
+  }
 }
 
 bool Eligible(const Trial& t) { return t.status() == Trial::OK && std::isfinite(t.median_ns()); }
@@ -373,6 +399,7 @@ absl::StatusOr<TuningDb> TuningDb::FromProto(tuning::Database database) {
       entry->set_tool_version(e.tool_version());
       entry->set_strategy(e.strategy());
       entry->set_tuned_at(e.tuned_at());
+      entry->set_incomplete(e.incomplete());
     }
   }
   for (int i = 0; i < out.db_.entries_size(); ++i) out.RecomputeWinners(i);
@@ -382,9 +409,33 @@ absl::StatusOr<TuningDb> TuningDb::FromProto(tuning::Database database) {
 absl::Status TuningDb::Save(const std::string& path, const SaveOptions& options) const {
   const tuning::Database* db = &db_;
   tuning::Database slim;
-  if (options.winners_only) {
+  if (options.winners_only || options.best_per_variant) {
     slim = db_;
-    for (tuning::Entry& e : *slim.mutable_entries()) e.clear_trials();
+    for (tuning::Entry& e : *slim.mutable_entries()) {
+      if (options.winners_only) {
+        e.clear_trials();
+        continue;
+      }
+      // Each variant's fastest OK trial (the entry's winners among them).
+      std::vector<Trial> kept;
+      for (const Trial& t : e.trials()) {
+        if (!Eligible(t)) continue;
+        auto same = std::find_if(kept.begin(), kept.end(), [&](const Trial& k) {
+          return k.variant() == t.variant() && k.variant_version() == t.variant_version();
+        });
+        if (same == kept.end()) {
+          kept.push_back(t);
+        } else if (t.median_ns() < same->median_ns()) {
+          *same = t;
+        }
+      }
+      std::sort(kept.begin(), kept.end(), [](const Trial& a, const Trial& b) { return a.median_ns() < b.median_ns(); });
+      // best and runner_up are the first two: readers derive them again.
+      e.clear_trials();
+      e.clear_best();
+      e.clear_runner_up();
+      for (Trial& t : kept) *e.add_trials() = std::move(t);
+    }
     db = &slim;
   }
   std::string bytes;
@@ -425,6 +476,7 @@ absl::Status TuningDb::SaveMerged(const std::string& path) {
 // ---- Recording -------------------------------------------------------------------
 
 void TuningDb::AddMachine(tuning::Machine machine) {
+  Sanitize(&machine);
   if (machine.id().empty()) machine.set_id(FingerprintId(machine));
   for (tuning::Machine& m : *db_.mutable_machines()) {
     if (m.id() == machine.id()) {
@@ -438,7 +490,9 @@ void TuningDb::AddMachine(tuning::Machine machine) {
 int TuningDb::FindOrAddEntry(const tuning::ProblemKey& key) {
   auto [it, added] = entries_.try_emplace(KeyId(key), db_.entries_size());
   if (added) {
-    *db_.add_entries()->mutable_key() = key;
+    tuning::ProblemKey* stored = db_.add_entries()->mutable_key();
+    *stored = key;
+    Sanitize(stored);
     index_.emplace_back();
     db_.set_entry_count(static_cast<uint64_t>(db_.entries_size()));
   }
@@ -455,14 +509,17 @@ void TuningDb::AddTrial(const tuning::ProblemKey& key, const Trial& trial) {
 }
 
 void TuningDb::SetTuningInfo(const tuning::ProblemKey& key, absl::string_view tool_version,
-                             absl::string_view strategy, int64_t tuned_at) {
+                             absl::string_view strategy, int64_t tuned_at, bool complete) {
   tuning::Entry* e = db_.mutable_entries(FindOrAddEntry(key));
-  e->set_tool_version(std::string(tool_version));
-  e->set_strategy(std::string(strategy));
+  e->set_tool_version(ValidUtf8(tool_version));
+  e->set_strategy(ValidUtf8(strategy));
   e->set_tuned_at(tuned_at);
+  e->set_incomplete(!complete);
 }
 
-void TuningDb::PutTrial(int entry, const Trial& trial, bool keep_newer) {
+void TuningDb::PutTrial(int entry, const Trial& raw, bool keep_newer) {
+  Trial trial = raw;
+  Sanitize(&trial);
   tuning::Entry& e = *db_.mutable_entries(entry);
   EntryIndex& index = index_[entry];
   std::string id = TrialId(trial);
@@ -592,6 +649,7 @@ void TuningDb::MergeFrom(const TuningDb& other) {
       mine->set_tool_version(theirs.tool_version());
       mine->set_strategy(theirs.strategy());
       mine->set_tuned_at(theirs.tuned_at());
+      mine->set_incomplete(theirs.incomplete());
     }
   }
 }

@@ -74,6 +74,8 @@ struct SearchResult {
   int64_t best = -1;
   // Candidates whose last measurement used opts.reps repetitions.
   std::vector<size_t> fully_measured;
+  // False when the budget or the stop flag cut the strategy short.
+  bool complete = true;
 };
 
 // Searches candidates [0, n). Exhaustive measures all fully. Random measures

@@ -26,7 +26,7 @@ namespace kreg {
 struct ParamValue {
   int64_t value = 0;         // INT: the value; CHOICE: the index
   std::vector<int64_t> list;  // INT_LIST
-  bool operator==(const ParamValue&) const = default;
+  auto operator<=>(const ParamValue&) const = default;
 };
 
 struct ParamInfo {

@@ -57,6 +57,17 @@ struct ProblemOptions {
   std::map<std::string, Tensor> inputs;
 };
 
+// Shape-only arguments for `values` and `options` (dtypes, optional inputs,
+// the given inputs, whose shapes fill dims left unknown).
+absl::Status MakeShapeArgs(const Op& op, const Values& values, const ProblemOptions& options, ShapeArgs* out);
+
+// The data class of a call, for its key: `given` if non-empty; else the
+// op's classifier on `args` when they hold data; else "dist=NAME" when
+// `options` draw random inputs from a distribution other than normal; else
+// "".
+absl::StatusOr<std::string> DataClassOf(const Op& op, const kreg_args& args, const ProblemOptions& options,
+                                        absl::string_view given = {});
+
 class Problem {
  public:
   // Builds the call of `op` for `named` dims and attributes. Sizes are

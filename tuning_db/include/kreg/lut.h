@@ -117,6 +117,9 @@ struct SaveOptions {
   // Keep only each entry's best and runner_up, not every trial: a slim table
   // for lookup only (a later sweep then re-measures the rest).
   bool winners_only = false;
+  // Keep, per entry, the fastest OK trial of each variant (with its
+  // measurements) and nothing else: the shipped tables' form.
+  bool best_per_variant = false;
 };
 
 class TuningDb {
@@ -153,7 +156,7 @@ class TuningDb {
   void AddTrial(const tuning::ProblemKey& key, const tuning::Trial& trial);
   // Stamps how `key` was tuned (creates the entry if needed).
   void SetTuningInfo(const tuning::ProblemKey& key, absl::string_view tool_version,
-                     absl::string_view strategy, int64_t tuned_at);
+                     absl::string_view strategy, int64_t tuned_at, bool complete = true);
   // The recorded trial of (variant, version, config) for `key`, or nullptr:
   // what a resumed sweep skips. Valid until this database is next modified.
   const tuning::Trial* FindTrial(const tuning::ProblemKey& key, absl::string_view variant,
@@ -225,6 +228,8 @@ struct LutAnswer {
   // The kernel to run ("op/variant" is kernel->name()) and its configuration.
   // Both owned by the Lut.
   const Kernel* kernel = nullptr;
+  // The entry answered from was tuned by a sweep cut short (exact, nearest).
+  bool incomplete = false;
   const Config* config = nullptr;
   Match match = Match::kDefault;
   // The tuned problem answered from (exact, nearest); nullptr for default.

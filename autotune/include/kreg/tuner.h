@@ -1,0 +1,116 @@
+// The sweep as a library: tune one problem of any op into a tuning table.
+//
+//   kreg::TuneRequest request;
+//   request.op = "topk";
+//   request.values = {{"batch", "32"}, {"n", "32000"}, {"k", "50"}};
+//   request.db_path = "topk.lut";
+//   auto result = kreg::Tune(*registry, request, &db);   // db: the table, loaded or empty
+//
+// Tune enumerates every candidate (each available kernel's parameter space,
+// the op's reference left out unless named), asks the worker which are legal
+// for the problem, searches them with the request's strategy, grows list
+// parameters round by round from the best lists, and records every full
+// measurement and every failure of a candidate's own in `db`, checkpointing
+// it to db_path (SaveMerged) as results come. Results already in `db` for the
+// same (problem, variant, version, configuration) are reused, so a sweep cut
+// short resumes where it stopped. Plugin code runs only in the worker
+// process (a separate program, kreg/worker.h): a kernel that crashes or
+// hangs, in its check or its run, is recorded as failed and the sweep goes on.
+//
+// An entry is stamped with the tool version, the strategy and the time, and
+// marked incomplete when the sweep was cut short (budget, stop flag); a
+// later complete sweep clears the mark.
+//
+// Thread-safety: Tune may run concurrently on distinct TuningDb objects
+// (several processes may share one db_path: saves lock and merge).
+#ifndef KREG_AUTOTUNE_TUNER_H_
+#define KREG_AUTOTUNE_TUNER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kreg/autotune.h"
+#include "kreg/kreg_tuning.pb.h"
+#include "kreg/lut.h"
+#include "kreg/problem.h"
+#include "kreg/registry.h"
+
+namespace kreg {
+
+struct TuneRequest {
+  std::string op;
+  // Dims and attributes by name; dims given by input files may be left out.
+  NamedValues values;
+  // Dtypes ("" for every tensor that allows it), optional inputs to
+  // generate, the random distribution and partition, the seed.
+  ProblemOptions options;
+  // The user's own inputs, as .npy files (name, path): read here for the key
+  // and by the worker for the measurements. options.inputs is ignored.
+  std::vector<std::pair<std::string, std::string>> input_files;
+  // Variants to search; empty: every available kernel but the reference.
+  std::vector<std::string> variants;
+  // The key's data class; empty: the op's classifier on the inputs, else
+  // "dist=NAME" for random inputs of another distribution than normal.
+  std::string data_class;
+  SearchOptions search;     // strategy, repetitions, budget, seed; search.stop is set by Tune
+  int max_list_len = 2;     // list parameters: lists of up to this many values at first,
+  int list_growth_rounds = 4;  // then up to this many rounds extending the best lists by one
+  int warmup = 2;
+  int threads = 0;          // per kernel run; 0: all cores
+  double timeout_seconds = 30;  // one candidate's measurement (or one legality batch)
+  double max_seconds_per_candidate = 5;
+  // The table file checkpointed after every result; empty: none (the caller
+  // saves `db` itself).
+  std::string db_path;
+  // The worker's argv; empty: FindWorker().
+  std::vector<std::string> worker_command;
+};
+
+struct TuneProgress {
+  std::string key;         // KeyString of the problem
+  size_t done = 0;         // distinct candidates measured at least once
+  size_t candidates = 0;
+  std::string best;        // "topk/heap k=..." so far, or ""
+  double best_ns = 0;
+  double elapsed_seconds = 0;
+  double eta_seconds = -1;  // -1: unknown
+};
+
+// Told about a sweep as it goes; called from Tune's thread.
+class TuneObserver {
+ public:
+  virtual ~TuneObserver() = default;
+  virtual void OnProgress(const TuneProgress&) {}
+  // A candidate that failed, a kernel whose check crashed, a stale trial.
+  virtual void OnWarning(absl::string_view) {}
+};
+
+struct TuneResult {
+  tuning::ProblemKey key;
+  tuning::Entry entry;  // as recorded (best, runner-up, trials)
+  // Distinct candidates: all, measured here, answered from the table, failed.
+  size_t candidates = 0, measured = 0, reused = 0, failed = 0;
+  double seconds = 0;
+  bool complete = true;  // false: cut short by the budget or the stop flag
+  bool stopped = false;  // the stop flag was raised
+};
+
+// Tunes one problem into `db`. InvalidArgument for a bad request (unknown
+// op or variant, bad dims, illegal inputs), NotFound when no kernel is
+// available, the file's error when db_path cannot be written. When `stop`
+// becomes true the measurement in flight is abandoned, what was measured is
+// kept (and saved), and the result says stopped.
+absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& request, TuningDb* db,
+                                TuneObserver* observer = nullptr, const std::atomic<bool>* stop = nullptr);
+
+// The tool version written into entries ("kreg 0.1.0").
+const char* ToolVersion();
+
+}  // namespace kreg
+
+#endif  // KREG_AUTOTUNE_TUNER_H_

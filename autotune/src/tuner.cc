@@ -1,0 +1,391 @@
+#include "kreg/tuner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <map>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kreg/npy.h"
+#include "kreg/worker.h"
+
+#ifndef KREG_VERSION
+#define KREG_VERSION "unknown"
+#endif
+
+namespace kreg {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+tuning::Trial::Status ToProto(TrialStatus s) {
+  switch (s) {
+    case TrialStatus::kOk:
+      return tuning::Trial::OK;
+    case TrialStatus::kWrongResult:
+      return tuning::Trial::WRONG_RESULT;
+    case TrialStatus::kCrashed:
+      return tuning::Trial::CRASHED;
+    case TrialStatus::kTimedOut:
+      return tuning::Trial::TIMED_OUT;
+    case TrialStatus::kIllegal:
+      return tuning::Trial::ILLEGAL;
+    case TrialStatus::kError:
+      return tuning::Trial::ERROR;
+  }
+  return tuning::Trial::ERROR;
+}
+
+TrialStatus FromProto(tuning::Trial::Status s) {
+  switch (s) {
+    case tuning::Trial::OK:
+      return TrialStatus::kOk;
+    case tuning::Trial::WRONG_RESULT:
+      return TrialStatus::kWrongResult;
+    case tuning::Trial::CRASHED:
+      return TrialStatus::kCrashed;
+    case tuning::Trial::TIMED_OUT:
+      return TrialStatus::kTimedOut;
+    case tuning::Trial::ILLEGAL:
+      return TrialStatus::kIllegal;
+    default:
+      return TrialStatus::kError;
+  }
+}
+
+struct Candidate {
+  std::shared_ptr<const Kernel> kernel;
+  Config config;
+};
+
+// One sweep: the candidates, the worker, the table and the counts.
+class Sweep {
+ public:
+  Sweep(const TuneRequest& request, TuningDb* db, TuneObserver* observer, const std::atomic<bool>* stop,
+        IsolatedRunner* runner, tuning::ProblemKey key, const int64_t* dims)
+      : request_(request), db_(db), observer_(observer), stop_(stop), runner_(runner), key_(std::move(key)),
+        dims_(dims), title_(KeyString(key_)), start_(Clock::now()) {}
+
+  // Adds the legal ones of `configs` of `kernel` (asked of the worker).
+  void AddLegal(const std::shared_ptr<const Kernel>& kernel, std::vector<Config> configs) {
+    std::vector<Params> params;
+    for (const Config& c : configs) params.push_back(kernel->ConfigPairs(c));
+    const std::vector<Legality> legal = runner_->CheckLegal(kernel->name(), params);
+    std::string warned;
+    for (size_t i = 0; i < configs.size() && i < legal.size(); ++i) {
+      if (legal[i].status == TrialStatus::kOk) {
+        candidates_.push_back({kernel, std::move(configs[i])});
+      } else if (legal[i].status != TrialStatus::kIllegal && warned != legal[i].why) {
+        warned = legal[i].why;
+        if (legal[i].status == TrialStatus::kError && error_.empty()) error_ = legal[i].why;
+        Warn(absl::StrCat(kernel->name(), ": ", legal[i].why));
+      }
+    }
+  }
+
+  size_t size() const { return candidates_.size(); }
+  const Candidate& operator[](size_t i) const { return candidates_[i]; }
+  bool stopped() const { return stop_ != nullptr && stop_->load(); }
+
+  Measurement Measure(size_t i, int reps) {
+    const Candidate& c = candidates_[i];
+    const tuning::Config proto_config = ToProtoConfig(*c.kernel, c.config);
+    Measurement m;
+    // Resume: a stored result of this (variant, version, config) is reused;
+    // only full measurements and a candidate's own failures are stored.
+    if (const tuning::Trial* t = db_->FindTrial(key_, c.kernel->variant(), c.kernel->version(), proto_config);
+        t != nullptr) {
+      m.status = FromProto(t->status());
+      m.median_ns = t->median_ns();
+      m.min_ns = t->min_ns();
+      m.max_ns = t->max_ns();
+      m.reps = reps;
+      m.error = t->error();
+      Count(i, /*measured=*/false);
+    } else {
+      m = runner_->Measure(c.kernel->name(), c.kernel->ConfigPairs(c.config), reps);
+      if (stopped()) return m;  // a candidate cut short by the stop flag is not a result
+      Count(i, /*measured=*/true);
+      if (!m.ok()) {
+        ++result_.failed;
+        Warn(absl::StrCat(c.kernel->name(), " ", c.kernel->ConfigString(c.config), ": ", TrialStatusName(m.status),
+                          ": ", m.error));
+      }
+      // kError (the worker could not be started or set up) is not kept, so a
+      // later run tries again.
+      const bool full = m.ok() && reps >= request_.search.reps;
+      if (full || (!m.ok() && m.status != TrialStatus::kError)) {
+        tuning::Trial trial;
+        trial.set_variant(c.kernel->variant());
+        trial.set_variant_version(c.kernel->version());
+        *trial.mutable_config() = proto_config;
+        trial.set_median_ns(m.median_ns);
+        trial.set_min_ns(m.min_ns);
+        trial.set_max_ns(m.max_ns);
+        trial.set_reps(m.reps);
+        trial.set_status(ToProto(m.status));
+        trial.set_error(m.error);
+        trial.set_measured_at(std::time(nullptr));
+        db_->AddTrial(key_, trial);
+        Checkpoint();
+      }
+    }
+    if (m.ok() && reps >= request_.search.reps) full_[i] = m.median_ns;
+    // Progress shows the fastest seen so far, full measurement or not.
+    if (m.ok() && (best_name_.empty() || m.median_ns < best_ns_)) {
+      best_ns_ = m.median_ns;
+      best_name_ = absl::StrCat(c.kernel->name(), " ", c.kernel->ConfigString(c.config));
+    }
+    Report();
+    return m;
+  }
+
+  // Extends the list parameters of each kernel's best configurations by one
+  // more value, round by round, while that finds something faster.
+  bool GrowLists(double deadline_seconds) {
+    std::map<const Kernel*, double> best_of;  // each kernel's best full median
+    for (const auto& [i, ns] : full_) {
+      const Kernel* k = candidates_[i].kernel.get();
+      if (!best_of.contains(k) || ns < best_of[k]) best_of[k] = ns;
+    }
+    for (int round = 0; round < request_.list_growth_rounds; ++round) {
+      bool improved = false;
+      std::map<const Kernel*, std::vector<Config>> grown;
+      for (const auto& [k, ns] : best_of) {
+        // The two best configurations of this kernel.
+        std::vector<std::pair<double, size_t>> mine;
+        for (const auto& [i, t] : full_) {
+          if (candidates_[i].kernel.get() == k) mine.emplace_back(t, i);
+        }
+        std::sort(mine.begin(), mine.end());
+        if (mine.size() > 2) mine.resize(2);
+        for (const auto& [t, i] : mine) {
+          const Config& base = candidates_[i].config;
+          for (size_t p = 0; p < k->params().size(); ++p) {
+            const ParamInfo& info = k->params()[p];
+            if (info.kind != KREG_PARAM_INT_LIST || !k->params().Active(base, p)) continue;
+            const std::vector<int64_t>& list = base.values()[p].list;
+            for (int64_t v : info.Values(dims_)) {
+              if (!list.empty() && v <= list.back()) continue;
+              Config next = base;
+              next.mutable_values()[p].list.push_back(v);
+              if (!Known(*k, next)) grown[k].push_back(std::move(next));
+            }
+          }
+        }
+      }
+      if (grown.empty()) return true;
+      const size_t first = candidates_.size();
+      for (auto& [k, configs] : grown) {
+        std::sort(configs.begin(), configs.end(), [](const Config& a, const Config& b) {
+          return a.values() < b.values();
+        });
+        configs.erase(std::unique(configs.begin(), configs.end()), configs.end());
+        AddLegal(Shared(k), std::move(configs));
+      }
+      for (size_t i = first; i < candidates_.size(); ++i) {
+        if (stopped() || (deadline_seconds > 0 && Elapsed() >= deadline_seconds)) return false;
+        const Measurement m = Measure(i, request_.search.reps);
+        const Kernel* k = candidates_[i].kernel.get();
+        if (m.ok() && m.median_ns < best_of[k]) {
+          best_of[k] = m.median_ns;
+          improved = true;
+        }
+      }
+      if (!improved) return true;
+    }
+    return true;
+  }
+
+  void Checkpoint() {
+    if (request_.db_path.empty()) return;
+    if (absl::Status s = db_->SaveMerged(request_.db_path); !s.ok() && save_error_.ok()) save_error_ = s;
+  }
+
+  double Elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  const absl::Status& save_error() const { return save_error_; }
+  // The first error (not a refusal) a legality check met, e.g. the worker
+  // could not set the problem up.
+  const std::string& error() const { return error_; }
+  TuneResult& result() { return result_; }
+
+ private:
+  bool Known(const Kernel& k, const Config& c) const {
+    for (const Candidate& x : candidates_) {
+      if (x.kernel.get() == &k && x.config == c) return true;
+    }
+    return false;
+  }
+  std::shared_ptr<const Kernel> Shared(const Kernel* k) const {
+    for (const Candidate& x : candidates_) {
+      if (x.kernel.get() == k) return x.kernel;
+    }
+    return nullptr;
+  }
+  // Counts candidate i once: as measured, or as reused from the table.
+  void Count(size_t i, bool measured) {
+    if (seen_.size() < candidates_.size()) seen_.resize(candidates_.size(), 0);
+    if (seen_[i]) return;
+    seen_[i] = 1;
+    ++done_;
+    ++(measured ? result_.measured : result_.reused);
+  }
+  void Warn(absl::string_view text) {
+    if (observer_ != nullptr) observer_->OnWarning(text);
+  }
+  void Report() {
+    if (observer_ == nullptr) return;
+    TuneProgress p;
+    p.key = title_;
+    p.done = done_;
+    p.candidates = candidates_.size();
+    p.best = best_name_;
+    p.best_ns = best_ns_;
+    p.elapsed_seconds = Elapsed();
+    // Exhaustive: by the pace so far; random and halving: by the budget.
+    if (request_.search.strategy == Strategy::kExhaustive && done_ > 0) {
+      p.eta_seconds = p.elapsed_seconds / static_cast<double>(done_) * static_cast<double>(p.candidates - done_);
+    } else if (request_.search.budget_seconds > 0) {
+      p.eta_seconds = std::max(0.0, request_.search.budget_seconds - p.elapsed_seconds);
+    }
+    observer_->OnProgress(p);
+  }
+
+  const TuneRequest& request_;
+  TuningDb* db_;
+  TuneObserver* observer_;
+  const std::atomic<bool>* stop_;
+  IsolatedRunner* runner_;
+  tuning::ProblemKey key_;
+  const int64_t* dims_;
+  std::string title_;
+  Clock::time_point start_;
+  std::vector<Candidate> candidates_;
+  std::vector<char> seen_;
+  std::map<size_t, double> full_;  // candidate -> full median, ok ones
+  size_t done_ = 0;
+  double best_ns_ = 0;
+  std::string best_name_;
+  absl::Status save_error_;
+  std::string error_;
+  TuneResult result_;
+};
+
+}  // namespace
+
+const char* ToolVersion() { return "kreg " KREG_VERSION; }
+
+absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& request, TuningDb* db,
+                                TuneObserver* observer, const std::atomic<bool>* stop) {
+  absl::StatusOr<std::shared_ptr<const Op>> op_or = registry.GetOp(request.op);
+  if (!op_or.ok()) return absl::InvalidArgumentError(op_or.status().message());
+  const Op& op = **op_or;
+  if (request.search.reps < 1 || request.timeout_seconds <= 0 || request.max_list_len < 1 ||
+      request.list_growth_rounds < 0) {
+    return absl::InvalidArgumentError("reps, timeout and max list length must be positive");
+  }
+  absl::StatusOr<Values> values = op.ParseValues(request.values);
+  if (!values.ok()) return values.status();
+  ProblemOptions options = request.options;
+  options.inputs.clear();
+  for (const auto& [name, path] : request.input_files) {
+    absl::StatusOr<Tensor> t = ReadNpy(path);
+    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("input ", name, ": ", t.status().message()));
+    options.inputs[name] = *std::move(t);
+  }
+  // The key and legality from shape-only arguments; the data class of
+  // generated inputs needs real ones.
+  ShapeArgs shape;
+  if (absl::Status s = MakeShapeArgs(op, *values, options, &shape); !s.ok()) return s;
+  std::string data_class = request.data_class;
+  if (data_class.empty()) {
+    absl::StatusOr<std::string> d;
+    if (op.has_data_class()) {
+      absl::StatusOr<std::unique_ptr<Problem>> real = Problem::Make(*op_or, nullptr, *values, options);
+      if (!real.ok()) return real.status();
+      d = DataClassOf(op, *(*real)->args(), options);
+    } else {
+      d = DataClassOf(op, *shape.args(), options);
+    }
+    if (!d.ok()) return d.status();
+    data_class = *d;
+  }
+  const tuning::ProblemKey key = MakeProblemKey(op.name(), op.KeyOf(*shape.args()), ThisMachine().id(), data_class);
+
+  std::vector<std::shared_ptr<const Kernel>> kernels;
+  for (const std::string& v : request.variants) {
+    absl::StatusOr<std::shared_ptr<const Kernel>> k = registry.Get(absl::StrCat(op.name(), "/", v));
+    if (!k.ok()) return absl::InvalidArgumentError(k.status().message());
+    if (!(*k)->available()) {
+      return absl::InvalidArgumentError(absl::StrCat((*k)->name(), " needs ",
+                                                     IsaString((*k)->required_isa() & ~CpuIsa()),
+                                                     ", which this CPU lacks"));
+    }
+    kernels.push_back(*k);
+  }
+  if (request.variants.empty()) {
+    // The reference is the oracle, not a contender.
+    for (std::shared_ptr<const Kernel>& k : registry.Kernels(op.name())) {
+      if (k->available() && !k->is_reference()) kernels.push_back(std::move(k));
+    }
+  }
+  if (kernels.empty()) return absl::NotFoundError(absl::StrCat("no available ", op.name(), " kernel to tune"));
+
+  WorkerJob job;
+  job.op = op.name();
+  for (const auto& [name, dtype] : options.dtypes) job.dtypes.emplace_back(name, DTypeName(dtype));
+  job.with.assign(options.with.begin(), options.with.end());
+  job.values = request.values;
+  job.dist = options.dist;
+  job.partition = options.partition;
+  job.seed = options.seed;
+  job.input_files = request.input_files;
+  job.plugins = registry.Files();
+  job.warmup = request.warmup;
+  job.threads = request.threads;
+  job.max_seconds_per_run = request.max_seconds_per_candidate;
+  std::vector<std::string> command = request.worker_command;
+  if (command.empty()) {
+    absl::StatusOr<std::vector<std::string>> found = FindWorker();
+    if (!found.ok()) return found.status();
+    command = *std::move(found);
+  }
+  IsolatedRunner runner(command, job, request.timeout_seconds);
+  runner.set_stop(stop);
+
+  Sweep sweep(request, db, observer, stop, &runner, key, shape.args()->dims);
+  for (const std::shared_ptr<const Kernel>& k : kernels) {
+    sweep.AddLegal(k, k->params().Enumerate(CpuIsa(), shape.args()->dims, request.max_list_len));
+    if (sweep.stopped()) break;
+  }
+  TuneResult& result = sweep.result();
+  result.key = key;
+  if (sweep.size() == 0 && !sweep.stopped()) {
+    if (!sweep.error().empty()) return absl::InvalidArgumentError(sweep.error());
+    return absl::InvalidArgumentError(absl::StrCat("no configuration of any ", op.name(),
+                                                   " kernel is legal for ", KeyString(key)));
+  }
+  // The entry is marked incomplete until the search finishes.
+  db->SetTuningInfo(key, ToolVersion(), StrategyName(request.search.strategy), std::time(nullptr),
+                    /*complete=*/false);
+  SearchOptions search = request.search;
+  search.stop = stop;
+  const SearchResult searched = Search(sweep.size(), [&](size_t i, int reps) { return sweep.Measure(i, reps); },
+                                       search);
+  bool complete = searched.complete && !sweep.stopped();
+  if (complete && request.list_growth_rounds > 0) complete = sweep.GrowLists(request.search.budget_seconds);
+  complete = complete && !sweep.stopped();
+  result.candidates = sweep.size();
+  result.stopped = sweep.stopped();
+  result.complete = complete;
+  db->SetTuningInfo(key, ToolVersion(), StrategyName(request.search.strategy), std::time(nullptr), complete);
+  sweep.Checkpoint();
+  if (!sweep.save_error().ok()) return sweep.save_error();
+  result.seconds = sweep.Elapsed();
+  if (const tuning::Entry* entry = db->FindEntry(key); entry != nullptr) result.entry = *entry;
+  return result;
+}
+
+}  // namespace kreg

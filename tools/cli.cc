@@ -1,0 +1,231 @@
+// The helpers kreg's commands share (tools/cli.h).
+#include <cmath>
+#include <iostream>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "kreg/npy.h"
+#include "kreg/text.h"
+#include "tools/cli.h"
+
+namespace kreg::cli {
+
+absl::StatusOr<std::unique_ptr<Registry>> LoadRegistry(const Flags& flags) {
+  LoadOptions options;
+  if (!flags.plugin_path.empty()) options.plugin_paths.push_back(flags.plugin_path);
+  absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Load(options);
+  if (!registry.ok()) {
+    // Only a location named with --plugin-path can be missing.
+    if (registry.status().code() == absl::StatusCode::kNotFound) {
+      return absl::InvalidArgumentError(absl::StrCat("--plugin-path: ", registry.status().message()));
+    }
+    return registry.status();
+  }
+  for (const absl::Status& s : (*registry)->refusals()) Warn(flags, s.message());
+  return registry;
+}
+
+void Warn(const Flags& flags, absl::string_view message) {
+  std::cerr << "kreg " << flags.command << ": warning: " << ValidUtf8(message) << "\n";
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Pairs(const std::vector<std::string>& items,
+                                                                       absl::string_view flag) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& item : items) {
+    size_t eq = item.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == item.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, " '", item, "': expected NAME=VALUE"));
+    }
+    out.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+  }
+  return out;
+}
+
+absl::StatusOr<ProblemOptions> OptionsFromFlags(const Flags& flags) {
+  ProblemOptions options;
+  for (absl::string_view item : absl::StrSplit(flags.dtype, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (item.find('=') == absl::string_view::npos) kv = {"", std::string(item)};
+    absl::StatusOr<DType> d = ParseDType(kv.second);
+    if (!d.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--dtype '", item, "': expected f32, bf16 or i32, or NAME=TYPE,..."));
+    }
+    options.dtypes[kv.first] = *d;
+  }
+  for (absl::string_view name : absl::StrSplit(flags.with, ',', absl::SkipEmpty())) options.with.emplace(name);
+  absl::StatusOr<Dist> dist = ParseDist(flags.dist);
+  if (!dist.ok()) return absl::InvalidArgumentError(absl::StrCat("--dist: ", dist.status().message()));
+  options.dist = *dist;
+  absl::StatusOr<Partition> partition = ParsePartition(flags.partition);
+  if (!partition.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--partition: ", partition.status().message()));
+  }
+  options.partition = *partition;
+  options.seed = flags.seed;
+  return options;
+}
+
+absl::StatusOr<TuningDb> LoadTable(const std::string& path) {
+  absl::StatusOr<TuningDb> db = TuningDb::Load(path);
+  if (!db.ok() && (db.status().code() == absl::StatusCode::kNotFound ||
+                   db.status().code() == absl::StatusCode::kDataLoss)) {
+    return absl::InvalidArgumentError(db.status().message());
+  }
+  return db;
+}
+
+absl::StatusOr<ProblemSpec> SpecFromFlags(const Flags& flags, const Registry& registry, absl::string_view op_name,
+                                          absl::string_view dims) {
+  ProblemSpec spec;
+  absl::StatusOr<std::shared_ptr<const Op>> op = registry.GetOp(op_name);
+  if (!op.ok()) return absl::InvalidArgumentError(op.status().message());
+  spec.op = *op;
+  absl::StatusOr<NamedValues> named = ParseNamedValues(dims);
+  if (!named.ok()) return absl::InvalidArgumentError(absl::StrCat("--dims: ", named.status().message()));
+  absl::StatusOr<Values> values = spec.op->ParseValues(*named);
+  if (!values.ok()) return absl::InvalidArgumentError(values.status().message());
+  spec.values = *std::move(values);
+  absl::StatusOr<ProblemOptions> options = OptionsFromFlags(flags);
+  if (!options.ok()) return options.status();
+  spec.options = *std::move(options);
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> inputs = Pairs(flags.inputs, "input");
+  if (!inputs.ok()) return inputs.status();
+  for (const auto& [input_name, file] : *inputs) {
+    absl::StatusOr<Tensor> t = ReadNpy(file);
+    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("--input ", input_name, ": ", t.status().message()));
+    spec.options.inputs[input_name] = *std::move(t);
+  }
+  spec.files = *std::move(inputs);
+  return spec;
+}
+
+absl::Status ShapeArgsOf(const ProblemSpec& spec, ShapeArgs* out) {
+  const Op& op = *spec.op;
+  Values values = spec.values;
+  std::map<std::string, const Tensor*> given;
+  std::map<std::string, DType> given_types;
+  for (const auto& [name, t] : spec.options.inputs) {
+    given[name] = &t;
+    given_types[name] = t.dtype();
+  }
+  absl::StatusOr<TensorTypes> types = op.ResolveTypes(spec.options.dtypes, spec.options.with, given_types);
+  if (!types.ok()) return types.status();
+  if (absl::Status s = op.DimsFromInputs(given, &values); !s.ok()) return s;
+  return op.MakeShapeArgs(values, *types, out);
+}
+
+absl::StatusOr<std::string> DataClassOf(const Flags& flags, const ProblemSpec& spec, const kreg_args& args) {
+  if (!flags.data_class.empty()) return ValidUtf8(flags.data_class);
+  if (spec.op->has_data_class() && !(args.flags & KREG_ARGS_SHAPE_ONLY)) {
+    absl::StatusOr<std::string> d = spec.op->DataClass(args);
+    if (!d.ok()) return d.status();
+    return ValidUtf8(*d);
+  }
+  if (spec.options.dist == Dist::kNormal || !spec.options.inputs.empty()) return std::string();
+  return absl::StrCat("dist=", DistName(spec.options.dist));
+}
+
+// ---- JSON ------------------------------------------------------------------------
+
+std::string Dump(const Json& json) { return json.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+Json Str(absl::string_view text) { return ValidUtf8(text); }
+
+int64_t Ns(double ns) { return std::isfinite(ns) ? static_cast<int64_t>(std::llround(ns)) : 0; }
+
+std::string Ms(double ns) { return absl::StrFormat("%.3f ms", ns / 1e6); }
+
+Json DimsJson(const Dims& dims) {
+  Json out = Json::object();
+  for (const auto& [name, value] : dims) out[ValidUtf8(name)] = value;
+  return out;
+}
+
+Json ParamsJson(const tuning::Config& config) {
+  Json out = Json::object();
+  for (const tuning::ParamValue& p : config.params()) {
+    Json& v = out[ValidUtf8(p.name())];
+    switch (p.value_case()) {
+      case tuning::ParamValue::kIntValue:
+        v = p.int_value();
+        break;
+      case tuning::ParamValue::kListValue:
+        v = Json::array();
+        for (int64_t x : p.list_value().values()) v.push_back(x);
+        break;
+      case tuning::ParamValue::kChoice:
+        v = ValidUtf8(p.choice());
+        break;
+      case tuning::ParamValue::VALUE_NOT_SET:
+        break;  // null
+    }
+  }
+  return out;
+}
+
+Json KeyJson(const tuning::ProblemKey& key) {
+  Json out = Json::object();
+  out["op"] = Str(key.op());
+  out["dtype"] = Str(key.dtype());
+  out["dims"] = DimsJson(KeyDims(key));
+  out["data_class"] = Str(key.data_class());
+  out["machine"] = Str(key.machine_id());
+  return out;
+}
+
+Json TrialJson(absl::string_view op, const tuning::Trial& trial) {
+  Json out = Json::object();
+  out["kernel"] = Str(absl::StrCat(op, "/", trial.variant()));
+  out["version"] = trial.variant_version();
+  out["params"] = ParamsJson(trial.config());
+  out["median_ns"] = Ns(trial.median_ns());
+  out["min_ns"] = Ns(trial.min_ns());
+  out["max_ns"] = Ns(trial.max_ns());
+  out["reps"] = trial.reps();
+  return out;
+}
+
+Json AnswerJson(const tuning::ProblemKey& asked, const LutAnswer& answer) {
+  Json out = Json::object();
+  out["key"] = KeyJson(asked);
+  out["kernel"] = Str(answer.kernel->name());
+  out["version"] = answer.kernel->version();
+  out["params"] = ParamsJson(ToProtoConfig(*answer.kernel, *answer.config));
+  out["match"] = std::string(MatchName(answer.match));
+  out["incomplete"] = answer.incomplete;
+  out["tuned_dims"] = answer.tuned_dims != nullptr ? DimsJson(*answer.tuned_dims) : Json(nullptr);
+  out["distance"] = answer.distance;
+  out["median_ns"] = answer.trial != nullptr ? Json(Ns(answer.trial->median_ns())) : Json(nullptr);
+  return out;
+}
+
+// ---- The table's choice ---------------------------------------------------------------
+
+absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpec& spec, const Registry& registry,
+                                            const kreg_args& args) {
+  absl::StatusOr<TuningDb> db = LoadTable(flags.db);
+  if (!db.ok()) return db.status();
+  absl::StatusOr<Lut> lut = Lut::Build(*db, registry);
+  if (!lut.ok()) return lut.status();
+  for (const std::string& w : lut->warnings()) Warn(flags, w);
+  const OpKey key = spec.op->KeyOf(args);
+  absl::StatusOr<std::string> data_class = DataClassOf(flags, spec, args);
+  if (!data_class.ok()) return data_class.status();
+  const std::string machine = ThisMachine().id();
+  absl::StatusOr<LutAnswer> a = lut->Query(spec.op->name(), key.dtype, key.dims, machine, *data_class);
+  if (!a.ok()) return a.status();
+  for (const std::string& w : a->warnings) Warn(flags, w);
+  absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry.Get(a->kernel->name());
+  if (!kernel.ok()) return kernel.status();
+  TableChoice choice;
+  choice.kernel = *kernel;
+  choice.config = *a->config;
+  choice.how = absl::StrCat(MatchName(a->match), a->incomplete ? ", incomplete" : "");
+  choice.answer = AnswerJson(MakeProblemKey(spec.op->name(), key, machine, *data_class), *a);
+  return choice;
+}
+
+}  // namespace kreg::cli
