@@ -86,6 +86,31 @@ TEST(TuneTest, CrashesHangsAndWrongResultsAreRecordedAndTheBestStillWins) {
   EXPECT_EQ(entry.strategy(), "exhaustive");
 }
 
+TEST(TuneTest, AKernelCheckThatCrashesOrHangsCostsOnlyItsOwnConfigurations) {
+  // Legality checks run in the worker: a check that crashes (or hangs) is
+  // reported, the sweep goes on, and the kernel's other configurations are
+  // still measured.
+  const std::string db = Db("bad_check");
+  Result r = KregWith(std::string(KREG_PLUGIN_DIR) + ":" + KREG_TEST_PLUGIN_DIR + "/bad_check",
+                      "tune topk --dims batch=4,n=2000,k=10 --variants bad_check,sort --strategy exhaustive "
+                      "--reps 3 --timeout 3 --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("check crashed"));
+  EXPECT_THAT(r.out, HasSubstr("check hung"));
+  EXPECT_THAT(r.out, HasSubstr("3 candidates, 3 measured"));
+  absl::StatusOr<TuningDb> table = TuningDb::Load(db);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_EQ(table->size(), 1u);
+  bool ok_measured = false;
+  for (const tuning::Trial& t : table->proto().entries(0).trials()) {
+    if (t.variant() == "bad_check") {
+      EXPECT_EQ(t.config().params(0).choice(), "ok");
+      ok_measured = t.status() == tuning::Trial::OK;
+    }
+  }
+  EXPECT_TRUE(ok_measured);
+}
+
 TEST(TuneTest, AddingAVariantMeasuresOnlyWhatIsNew) {
   const std::string db = Db("resume");
   Result r = Kreg("tune topk --dims batch=4,n=3000,k=32 --variants sort --strategy exhaustive --reps 3 --db " + db);

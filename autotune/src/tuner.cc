@@ -68,11 +68,23 @@ class Sweep {
       : request_(request), db_(db), observer_(observer), stop_(stop), runner_(runner), key_(std::move(key)),
         dims_(dims), title_(KeyString(key_)), start_(Clock::now()) {}
 
-  // Adds the legal ones of `configs` of `kernel` (asked of the worker).
+  // Adds the legal ones of `configs` of `kernel` (asked of the worker). A
+  // batch whose check crashed the worker is asked again in halves, so one
+  // configuration that crashes costs only itself; a hang is not (each try
+  // would wait out the timeout).
   void AddLegal(const std::shared_ptr<const Kernel>& kernel, std::vector<Config> configs) {
+    if (configs.empty() || stopped()) return;
     std::vector<Params> params;
     for (const Config& c : configs) params.push_back(kernel->ConfigPairs(c));
     const std::vector<Legality> legal = runner_->CheckLegal(kernel->name(), params);
+    if (configs.size() > 1 && !legal.empty() && legal[0].status == TrialStatus::kCrashed) {
+      std::vector<Config> second(std::make_move_iterator(configs.begin() + configs.size() / 2),
+                                 std::make_move_iterator(configs.end()));
+      configs.resize(configs.size() / 2);
+      AddLegal(kernel, std::move(configs));
+      AddLegal(kernel, std::move(second));
+      return;
+    }
     std::string warned;
     for (size_t i = 0; i < configs.size() && i < legal.size(); ++i) {
       if (legal[i].status == TrialStatus::kOk) {
@@ -80,7 +92,8 @@ class Sweep {
       } else if (legal[i].status != TrialStatus::kIllegal && warned != legal[i].why) {
         warned = legal[i].why;
         if (legal[i].status == TrialStatus::kError && error_.empty()) error_ = legal[i].why;
-        Warn(absl::StrCat(kernel->name(), ": ", legal[i].why));
+        const std::string which = configs.size() == 1 ? kernel->ConfigString(configs[i]) : std::string();
+        Warn(absl::StrCat(kernel->name(), which.empty() ? "" : " ", which, ": ", legal[i].why));
       }
     }
   }

@@ -31,43 +31,34 @@ const int64_t kDefaultSchedule[] = {5, 8, 12};
 enum Stage2 { kPartialSort = 0, kNthElement = 1 };
 const char* const kStage2[] = {"partial_sort", "nth_element"};
 
-const kreg_param_desc kNumBlocksParam = [] {
-  kreg_param_desc d{};
-  d.struct_size = sizeof(kreg_param_desc);
-  d.name = "num_blocks";
-  d.doc = "column-strided blocks (8 per AVX2 vector)";
-  d.kind = KREG_PARAM_INT;
-  d.values = kNumBlocks;
-  d.num_values = 5;
-  d.default_value = 128;
-  return d;
-}();
-const kreg_param_desc kMScheduleParam = [] {
-  kreg_param_desc d{};
-  d.struct_size = sizeof(kreg_param_desc);
-  d.name = "m_schedule";
-  d.doc = "increasing depths m to try before m = k (entries >= k unused)";
-  d.kind = KREG_PARAM_INT_LIST;
-  d.values = kMCandidates;
-  d.num_values = 11;
-  d.default_value = 0;
-  d.default_list = kDefaultSchedule;
-  d.default_list_len = 3;
-  return d;
-}();
-const kreg_param_desc kStage2Param = [] {
-  kreg_param_desc d{};
-  d.struct_size = sizeof(kreg_param_desc);
-  d.name = "stage2";
-  d.doc = "exact top-k of the superset: partial_sort or nth_element + sort";
-  d.kind = KREG_PARAM_CHOICE;
-  d.values = nullptr;
-  d.num_values = 0;
-  d.choices = kStage2;
-  d.num_choices = 2;
-  d.default_value = kPartialSort;
-  return d;
-}();
+const kreg_param_desc kNumBlocksParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "num_blocks",
+    .doc = "column-strided blocks (8 per AVX2 vector)",
+    .kind = KREG_PARAM_INT,
+    .values = kNumBlocks,
+    .num_values = 5,
+    .default_value = 128,
+};
+const kreg_param_desc kMScheduleParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "m_schedule",
+    .doc = "increasing depths m to try before m = k (entries >= k unused)",
+    .kind = KREG_PARAM_INT_LIST,
+    .values = kMCandidates,
+    .num_values = 11,
+    .default_list = kDefaultSchedule,
+    .default_list_len = 3,
+};
+const kreg_param_desc kStage2Param = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "stage2",
+    .doc = "exact top-k of the superset: partial_sort or nth_element + sort",
+    .kind = KREG_PARAM_CHOICE,
+    .choices = kStage2,
+    .num_choices = 2,
+    .default_value = kPartialSort,
+};
 const kreg_param_desc* const kParams[] = {&kNumBlocksParam, &kMScheduleParam, &kStage2Param};
 
 kreg_status Check(const kreg_config* config, const kreg_args* args, const kreg_host* host, char* msg,
@@ -215,23 +206,17 @@ kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* h
 
 }  // namespace
 
-extern const kreg_kernel kBlockwiseKernel = [] {
-  kreg_kernel d{};
-  d.struct_size = sizeof(kreg_kernel);
-  d.op = "topk";
-  d.variant = "blockwise";
-  d.version = 2;
-  d.doc = "blockwise superset: running top-m per column-strided block, then top-k of the superset";
-  d.required_isa = KREG_ISA_AVX2;
-  d.flags = 0;
-  d.params = kParams;
-  d.num_params = sizeof kParams / sizeof kParams[0];
-  d.check = Check;
-  d.workspace_bytes = nullptr;
-  d.run = GuardedRun<Run>;
-  d.prepare = nullptr;
-  d.release = nullptr;
-  return d;
-}();
+extern const kreg_kernel kBlockwiseKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "topk",
+    .variant = "blockwise",
+    .version = 2,
+    .doc = "blockwise superset: running top-m per column-strided block, then top-k of the superset",
+    .required_isa = KREG_ISA_AVX2,
+    .params = kParams,
+    .num_params = sizeof kParams / sizeof kParams[0],
+    .check = Check,
+    .run = GuardedRun<Run>,
+};
 
 }  // namespace kreg::topk

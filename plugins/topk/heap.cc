@@ -109,23 +109,15 @@ kreg_status Run(const TopKArgs& a, [[maybe_unused]] const kreg_config* config, c
 
 }  // namespace
 
-extern const kreg_kernel kHeapKernel = [] {
-  kreg_kernel d{};
-  d.struct_size = sizeof(kreg_kernel);
-  d.op = "topk";
-  d.variant = "heap";
-  d.version = 1;
-  d.doc = "min-heap of the k best with an AVX2 threshold prefilter (FAISS-style)";
-  d.required_isa = KREG_ISA_AVX2;
-  d.flags = 0;
-  d.params = nullptr;
-  d.num_params = 0;
-  d.check = CheckTopK;
-  d.workspace_bytes = nullptr;
-  d.run = GuardedRun<Run>;
-  d.prepare = nullptr;
-  d.release = nullptr;
-  return d;
-}();
+extern const kreg_kernel kHeapKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "topk",
+    .variant = "heap",
+    .version = 1,
+    .doc = "min-heap of the k best with an AVX2 threshold prefilter (FAISS-style)",
+    .required_isa = KREG_ISA_AVX2,
+    .check = CheckTopK,
+    .run = GuardedRun<Run>,
+};
 
 }  // namespace kreg::topk

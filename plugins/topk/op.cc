@@ -32,123 +32,81 @@
 namespace kreg::topk {
 namespace {
 
-constexpr kreg_dim_desc kBatchDim = [] {
-  kreg_dim_desc d{};
-  d.struct_size = sizeof(kreg_dim_desc);
-  d.name = "batch";
-  d.doc = "rows";
-  d.max = 0;
-  return d;
-}();
-constexpr kreg_dim_desc kNDim = [] {
-  kreg_dim_desc d{};
-  d.struct_size = sizeof(kreg_dim_desc);
-  d.name = "n";
-  d.doc = "row length";
-  d.max = INT32_MAX;
-  return d;
-}();
-constexpr kreg_dim_desc kKDim = [] {
-  kreg_dim_desc d{};
-  d.struct_size = sizeof(kreg_dim_desc);
-  d.name = "k";
-  d.doc = "results per row, at most n";
-  d.max = 0;
-  return d;
-}();
+constexpr kreg_dim_desc kBatchDim = {.struct_size = sizeof(kreg_dim_desc), .name = "batch", .doc = "rows"};
+constexpr kreg_dim_desc kNDim = {
+    .struct_size = sizeof(kreg_dim_desc), .name = "n", .doc = "row length", .max = INT32_MAX};
+constexpr kreg_dim_desc kKDim = {
+    .struct_size = sizeof(kreg_dim_desc), .name = "k", .doc = "results per row, at most n"};
 constexpr const kreg_dim_desc* kDims[] = {&kBatchDim, &kNDim, &kKDim};
 
-constexpr kreg_tensor_desc kInputTensor = [] {
-  kreg_tensor_desc d{};
-  d.struct_size = sizeof(kreg_tensor_desc);
-  d.name = "input";
-  d.doc = "the rows to select from";
-  d.role = KREG_ROLE_IN;
-  d.flags = 0;
-  d.dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16;
-  d.same_dtype_as = nullptr;
-  d.shape = "batch,n";
-  d.gen = KREG_GEN_VALUES;
-  return d;
-}();
-constexpr kreg_tensor_desc kRowStartsTensor = [] {
-  kreg_tensor_desc d{};
-  d.struct_size = sizeof(kreg_tensor_desc);
-  d.name = "row_starts";
-  d.doc = "first column of each row's range (absent: 0)";
-  d.role = KREG_ROLE_IN;
-  d.flags = KREG_TENSOR_OPTIONAL;
-  d.dtypes = KREG_DTYPE_I32;
-  d.same_dtype_as = nullptr;
-  d.shape = "batch";
-  d.gen = KREG_GEN_RANGE_START;
-  d.gen_dim = "n";
-  return d;
-}();
-constexpr kreg_tensor_desc kRowEndsTensor = [] {
-  kreg_tensor_desc d{};
-  d.struct_size = sizeof(kreg_tensor_desc);
-  d.name = "row_ends";
-  d.doc = "one past the last column of each row's range (absent: n)";
-  d.role = KREG_ROLE_IN;
-  d.flags = KREG_TENSOR_OPTIONAL;
-  d.dtypes = KREG_DTYPE_I32;
-  d.same_dtype_as = nullptr;
-  d.shape = "batch";
-  d.gen = KREG_GEN_RANGE_END;
-  d.gen_dim = "n";
-  return d;
-}();
-constexpr kreg_tensor_desc kValuesTensor = [] {
-  kreg_tensor_desc d{};
-  d.struct_size = sizeof(kreg_tensor_desc);
-  d.name = "values";
-  d.doc = "the k best values of each row, best first; padding -inf (largest) or +inf";
-  d.role = KREG_ROLE_OUT;
-  d.flags = 0;
-  d.dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16;
-  d.same_dtype_as = "input";
-  d.shape = "batch,k";
-  return d;
-}();
-constexpr kreg_tensor_desc kIndicesTensor = [] {
-  kreg_tensor_desc d{};
-  d.struct_size = sizeof(kreg_tensor_desc);
-  d.name = "indices";
-  d.doc = "their global column indices; padding -1";
-  d.role = KREG_ROLE_OUT;
-  d.flags = 0;
-  d.dtypes = KREG_DTYPE_I32;
-  d.same_dtype_as = nullptr;
-  d.shape = "batch,k";
-  return d;
-}();
-constexpr kreg_tensor_desc kStatsTensor = [] {
-  kreg_tensor_desc d{};
-  d.struct_size = sizeof(kreg_tensor_desc);
-  d.name = "stats";
-  d.doc = "a per-row statistic the kernel documents (blockwise: its stop depth; others: 0)";
-  d.role = KREG_ROLE_OUT;
-  d.flags = KREG_TENSOR_OPTIONAL | KREG_TENSOR_UNCHECKED;
-  d.dtypes = KREG_DTYPE_I32;
-  d.same_dtype_as = nullptr;
-  d.shape = "batch";
-  return d;
-}();
+constexpr kreg_tensor_desc kInputTensor = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "input",
+    .doc = "the rows to select from",
+    .role = KREG_ROLE_IN,
+    .dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16,
+    .shape = "batch,n",
+};
+constexpr kreg_tensor_desc kRowStartsTensor = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "row_starts",
+    .doc = "first column of each row's range (absent: 0)",
+    .role = KREG_ROLE_IN,
+    .flags = KREG_TENSOR_OPTIONAL,
+    .dtypes = KREG_DTYPE_I32,
+    .shape = "batch",
+    .gen = KREG_GEN_RANGE_START,
+    .gen_dim = "n",
+};
+constexpr kreg_tensor_desc kRowEndsTensor = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "row_ends",
+    .doc = "one past the last column of each row's range (absent: n)",
+    .role = KREG_ROLE_IN,
+    .flags = KREG_TENSOR_OPTIONAL,
+    .dtypes = KREG_DTYPE_I32,
+    .shape = "batch",
+    .gen = KREG_GEN_RANGE_END,
+    .gen_dim = "n",
+};
+constexpr kreg_tensor_desc kValuesTensor = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "values",
+    .doc = "the k best values of each row, best first; padding -inf (largest) or +inf",
+    .role = KREG_ROLE_OUT,
+    .dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16,
+    .same_dtype_as = "input",
+    .shape = "batch,k",
+};
+constexpr kreg_tensor_desc kIndicesTensor = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "indices",
+    .doc = "their global column indices; padding -1",
+    .role = KREG_ROLE_OUT,
+    .dtypes = KREG_DTYPE_I32,
+    .shape = "batch,k",
+};
+constexpr kreg_tensor_desc kStatsTensor = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "stats",
+    .doc = "a per-row statistic the kernel documents (blockwise: its stop depth; others: 0)",
+    .role = KREG_ROLE_OUT,
+    .flags = KREG_TENSOR_OPTIONAL | KREG_TENSOR_UNCHECKED,
+    .dtypes = KREG_DTYPE_I32,
+    .shape = "batch",
+};
 constexpr const kreg_tensor_desc* kTensors[] = {&kInputTensor,  &kRowStartsTensor, &kRowEndsTensor,
                                                 &kValuesTensor, &kIndicesTensor,   &kStatsTensor};
 
-constexpr kreg_attr_desc kLargestAttr = [] {
-  kreg_attr_desc d{};
-  d.struct_size = sizeof(kreg_attr_desc);
-  d.name = "largest";
-  d.doc = "1: the largest first; 0: the smallest first";
-  d.kind = KREG_ATTR_INT;
-  d.default_value.i = 1;
-  d.min.i = 0;
-  d.max.i = 1;
-  return d;
-}();
+constexpr kreg_attr_desc kLargestAttr = {
+    .struct_size = sizeof(kreg_attr_desc),
+    .name = "largest",
+    .doc = "1: the largest first; 0: the smallest first",
+    .kind = KREG_ATTR_INT,
+    .default_value = {.i = 1},
+    .min = {.i = 0},
+    .max = {.i = 1},
+};
 constexpr const kreg_attr_desc* kAttrs[] = {&kLargestAttr};
 
 // common.h's TopKArgs reads args by these indices: keep them in step.
@@ -196,23 +154,19 @@ const char* const kDefaultVariants[] = {"radix", "sort"};
 
 }  // namespace
 
-const kreg_op_desc kTopKOp = [] {
-  kreg_op_desc d{};
-  d.struct_size = sizeof(kreg_op_desc);
-  d.name = "topk";
-  d.doc = "the k best elements of each row of [batch, n], sorted best first";
-  d.dims = kDims;
-  d.num_dims = kNumDims;
-  d.tensors = kTensors;
-  d.num_tensors = kNumTensors;
-  d.attrs = kAttrs;
-  d.num_attrs = kNumAttrs;
-  d.validate = Validate;
-  d.data_class = nullptr;
-  d.default_variant = nullptr;
-  d.default_variants = kDefaultVariants;
-  d.num_default_variants = sizeof kDefaultVariants / sizeof kDefaultVariants[0];
-  return d;
-}();
+const kreg_op_desc kTopKOp = {
+    .struct_size = sizeof(kreg_op_desc),
+    .name = "topk",
+    .doc = "the k best elements of each row of [batch, n], sorted best first",
+    .dims = kDims,
+    .num_dims = kNumDims,
+    .tensors = kTensors,
+    .num_tensors = kNumTensors,
+    .attrs = kAttrs,
+    .num_attrs = kNumAttrs,
+    .validate = Validate,
+    .default_variants = kDefaultVariants,
+    .num_default_variants = sizeof kDefaultVariants / sizeof kDefaultVariants[0],
+};
 
 }  // namespace kreg::topk

@@ -10,20 +10,16 @@ const kreg_op_desc* const kOps[] = {&kreg::topk::kTopKOp};
 const kreg_kernel* const kKernels[] = {KREG_TOPK_KERNELS(KREG_TOPK_KERNEL_ADDRESS)};
 #undef KREG_TOPK_KERNEL_ADDRESS
 
-const kreg_plugin kPlugin = [] {
-  kreg_plugin d{};
-  d.struct_size = sizeof(kreg_plugin);
-  d.abi_version = KREG_ABI_VERSION;
-  d.name = "topk";
-  d.version = "2.0";
-  d.ops = kOps;
-  d.num_ops = sizeof kOps / sizeof kOps[0];
-  d.kernels = kKernels;
-  d.num_kernels = sizeof kKernels / sizeof kKernels[0];
-  d.init = nullptr;
-  d.fini = nullptr;
-  return d;
-}();
+const kreg_plugin kPlugin = {
+    .struct_size = sizeof(kreg_plugin),
+    .abi_version = KREG_ABI_VERSION,
+    .name = "topk",
+    .version = "2.0",
+    .ops = kOps,
+    .num_ops = sizeof kOps / sizeof kOps[0],
+    .kernels = kKernels,
+    .num_kernels = sizeof kKernels / sizeof kKernels[0],
+};
 
 }  // namespace
 

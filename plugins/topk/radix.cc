@@ -25,39 +25,33 @@ const int64_t kFirstBits[] = {8, 11, 12};
 const int64_t kRoundBits[] = {4, 8};
 const int64_t kCapacity[] = {256, 1024, 4096, 16384};
 
-const kreg_param_desc kFirstBitsParam = [] {
-  kreg_param_desc d{};
-  d.struct_size = sizeof(kreg_param_desc);
-  d.name = "first_bits";
-  d.doc = "bits of the score histogrammed by the first pass";
-  d.kind = KREG_PARAM_INT;
-  d.values = kFirstBits;
-  d.num_values = 3;
-  d.default_value = 11;
-  return d;
-}();
-const kreg_param_desc kRoundBitsParam = [] {
-  kreg_param_desc d{};
-  d.struct_size = sizeof(kreg_param_desc);
-  d.name = "round_bits";
-  d.doc = "bits per refinement round";
-  d.kind = KREG_PARAM_INT;
-  d.values = kRoundBits;
-  d.num_values = 2;
-  d.default_value = 8;
-  return d;
-}();
-const kreg_param_desc kCapacityParam = [] {
-  kreg_param_desc d{};
-  d.struct_size = sizeof(kreg_param_desc);
-  d.name = "capacity";
-  d.doc = "candidate buffer slots (more are refined over the row first)";
-  d.kind = KREG_PARAM_INT;
-  d.values = kCapacity;
-  d.num_values = 4;
-  d.default_value = 4096;
-  return d;
-}();
+const kreg_param_desc kFirstBitsParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "first_bits",
+    .doc = "bits of the score histogrammed by the first pass",
+    .kind = KREG_PARAM_INT,
+    .values = kFirstBits,
+    .num_values = 3,
+    .default_value = 11,
+};
+const kreg_param_desc kRoundBitsParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "round_bits",
+    .doc = "bits per refinement round",
+    .kind = KREG_PARAM_INT,
+    .values = kRoundBits,
+    .num_values = 2,
+    .default_value = 8,
+};
+const kreg_param_desc kCapacityParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "capacity",
+    .doc = "candidate buffer slots (more are refined over the row first)",
+    .kind = KREG_PARAM_INT,
+    .values = kCapacity,
+    .num_values = 4,
+    .default_value = 4096,
+};
 const kreg_param_desc* const kParams[] = {&kFirstBitsParam, &kRoundBitsParam, &kCapacityParam};
 
 struct Scratch {
@@ -281,23 +275,16 @@ kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* h
 
 }  // namespace
 
-extern const kreg_kernel kRadixKernel = [] {
-  kreg_kernel d{};
-  d.struct_size = sizeof(kreg_kernel);
-  d.op = "topk";
-  d.variant = "radix";
-  d.version = 1;
-  d.doc = "radix select on order-preserving keys, exact when a bucket overflows the buffer";
-  d.required_isa = 0;
-  d.flags = 0;
-  d.params = kParams;
-  d.num_params = sizeof kParams / sizeof kParams[0];
-  d.check = CheckTopK;
-  d.workspace_bytes = nullptr;
-  d.run = GuardedRun<Run>;
-  d.prepare = nullptr;
-  d.release = nullptr;
-  return d;
-}();
+extern const kreg_kernel kRadixKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "topk",
+    .variant = "radix",
+    .version = 1,
+    .doc = "radix select on order-preserving keys, exact when a bucket overflows the buffer",
+    .params = kParams,
+    .num_params = sizeof kParams / sizeof kParams[0],
+    .check = CheckTopK,
+    .run = GuardedRun<Run>,
+};
 
 }  // namespace kreg::topk

@@ -61,23 +61,15 @@ kreg_status Run(const TopKArgs& a, const kreg_config*, const kreg_host* host, ch
 
 }  // namespace
 
-extern const kreg_kernel kReferenceKernel = [] {
-  kreg_kernel d{};
-  d.struct_size = sizeof(kreg_kernel);
-  d.op = "topk";
-  d.variant = "reference";
-  d.version = 1;
-  d.doc = "the oracle: a full stable sort of each row's range";
-  d.required_isa = 0;
-  d.flags = KREG_KERNEL_REFERENCE;
-  d.params = nullptr;
-  d.num_params = 0;
-  d.check = CheckTopK;
-  d.workspace_bytes = nullptr;
-  d.run = GuardedRun<Run>;
-  d.prepare = nullptr;
-  d.release = nullptr;
-  return d;
-}();
+extern const kreg_kernel kReferenceKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "topk",
+    .variant = "reference",
+    .version = 1,
+    .doc = "the oracle: a full stable sort of each row's range",
+    .flags = KREG_KERNEL_REFERENCE,
+    .check = CheckTopK,
+    .run = GuardedRun<Run>,
+};
 
 }  // namespace kreg::topk

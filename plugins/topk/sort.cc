@@ -14,19 +14,15 @@ namespace {
 enum Method { kPartialSort = 0, kNthElement = 1 };
 const char* const kMethods[] = {"partial_sort", "nth_element"};
 
-const kreg_param_desc kMethodParam = [] {
-  kreg_param_desc d{};
-  d.struct_size = sizeof(kreg_param_desc);
-  d.name = "method";
-  d.doc = "partial_sort, or nth_element then sort the k best";
-  d.kind = KREG_PARAM_CHOICE;
-  d.values = nullptr;
-  d.num_values = 0;
-  d.choices = kMethods;
-  d.num_choices = 2;
-  d.default_value = kPartialSort;
-  return d;
-}();
+const kreg_param_desc kMethodParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "method",
+    .doc = "partial_sort, or nth_element then sort the k best",
+    .kind = KREG_PARAM_CHOICE,
+    .choices = kMethods,
+    .num_choices = 2,
+    .default_value = kPartialSort,
+};
 const kreg_param_desc* const kParams[] = {&kMethodParam};
 
 kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg,
@@ -48,23 +44,16 @@ kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* h
 
 }  // namespace
 
-extern const kreg_kernel kSortKernel = [] {
-  kreg_kernel d{};
-  d.struct_size = sizeof(kreg_kernel);
-  d.op = "topk";
-  d.variant = "sort";
-  d.version = 1;
-  d.doc = "sort each row's keys (the reference schedule)";
-  d.required_isa = 0;
-  d.flags = 0;
-  d.params = kParams;
-  d.num_params = sizeof kParams / sizeof kParams[0];
-  d.check = CheckTopK;
-  d.workspace_bytes = nullptr;
-  d.run = GuardedRun<Run>;
-  d.prepare = nullptr;
-  d.release = nullptr;
-  return d;
-}();
+extern const kreg_kernel kSortKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "topk",
+    .variant = "sort",
+    .version = 1,
+    .doc = "sort each row's keys (the reference schedule)",
+    .params = kParams,
+    .num_params = sizeof kParams / sizeof kParams[0],
+    .check = CheckTopK,
+    .run = GuardedRun<Run>,
+};
 
 }  // namespace kreg::topk

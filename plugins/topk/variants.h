@@ -6,10 +6,9 @@
 
 #include "kreg/plugin_abi.h"
 
-// Descriptors (kernels, params, the op) are built by an immediately invoked
-// constexpr lambda that zero-initialises the struct and assigns its fields:
-// fields the ABI appends later read as zero ("none") without touching this
-// code, and -Wmissing-field-initializers stays quiet.
+// Descriptors (kernels, params, the op) are designated initialisers naming
+// only the fields they set: the others, and fields the ABI appends later, are
+// zero ("none"); kreg_add_plugin() turns off -Wmissing-field-initializers.
 
 // X(name) for every kernel of the plugin, the reference first.
 #define KREG_TOPK_KERNELS(X) \

@@ -30,20 +30,11 @@ enum { kDimN = 0, kNumDims = 1 };
 enum { kAttrAlpha = 0, kNumAttrs = 1 };
 
 const kreg_dim_desc kDimNDesc = {
-    .struct_size = sizeof(kreg_dim_desc),
-    .name = "n",
-    .doc = "number of elements",
-    .max = int64_t{1} << 40,
-};
+    .struct_size = sizeof(kreg_dim_desc), .name = "n", .doc = "number of elements", .max = int64_t{1} << 40};
 const kreg_dim_desc* const kDims[] = {&kDimNDesc};
 
 const kreg_tolerance kOutF32Tolerance = {
-    .struct_size = sizeof(kreg_tolerance),
-    .dtype = KREG_DTYPE_F32,
-    .atol = 1e-6,
-    .rtol = 1e-6,
-    .scale_dim = nullptr,
-};
+    .struct_size = sizeof(kreg_tolerance), .dtype = KREG_DTYPE_F32, .atol = 1e-6, .rtol = 1e-6};
 const kreg_tolerance* const kOutTolerances[] = {&kOutF32Tolerance};
 
 const kreg_tensor_desc kXDesc = {
@@ -51,26 +42,16 @@ const kreg_tensor_desc kXDesc = {
     .name = "x",
     .doc = "the vector added, scaled by alpha",
     .role = KREG_ROLE_IN,
-    .flags = 0,
     .dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16,
-    .same_dtype_as = nullptr,
     .shape = "n",
-    .gen = KREG_GEN_VALUES,
-    .gen_dim = nullptr,
-    .tolerances = nullptr,
-    .num_tolerances = 0,
 };
 const kreg_tensor_desc kOutDesc = {
     .struct_size = sizeof(kreg_tensor_desc),
     .name = "out",
     .doc = "the accumulator",
     .role = KREG_ROLE_INOUT,
-    .flags = 0,
     .dtypes = KREG_DTYPE_F32,
-    .same_dtype_as = nullptr,
     .shape = "n",
-    .gen = KREG_GEN_VALUES,
-    .gen_dim = nullptr,
     .tolerances = kOutTolerances,
     .num_tolerances = 1,
 };
@@ -180,9 +161,7 @@ const kreg_op_desc kAxpyOp = {
     .num_tensors = kNumTensors,
     .attrs = kAttrs,
     .num_attrs = kNumAttrs,
-    .validate = nullptr,
     .data_class = DataClass,
-    .default_variant = nullptr,
     .default_variants = kDefaultVariants,
     .num_default_variants = 1,
 };
@@ -210,15 +189,8 @@ const kreg_kernel kReferenceKernel = {
     .variant = "reference",
     .version = 1,
     .doc = "in double, rounded once: the oracle",
-    .required_isa = 0,
     .flags = KREG_KERNEL_REFERENCE,
-    .params = nullptr,
-    .num_params = 0,
-    .check = nullptr,
-    .workspace_bytes = nullptr,
     .run = ReferenceRun,
-    .prepare = nullptr,
-    .release = nullptr,
 };
 
 // ---- axpy/blocked ---------------------------------------------------------
@@ -231,22 +203,11 @@ const kreg_param_desc kBlockParam = {
     .name = "block",
     .doc = "elements per block; a power of two",
     .kind = KREG_PARAM_INT,
-    .values = nullptr,
-    .num_values = 0,
-    .choices = nullptr,
-    .num_choices = 0,
     .default_value = 256,
-    .default_list = nullptr,
-    .default_list_len = 0,
-    .choice_isa = nullptr,
     .values_kind = KREG_VALUES_POW2,
     .lo = 16,
     .hi = 65536,
-    .step = 0,
     .cap_dim = "n",
-    .when_param = nullptr,
-    .when_values = nullptr,
-    .num_when_values = 0,
 };
 
 const char* const kUnrollChoices[] = {"scalar", "avx2"};
@@ -256,22 +217,10 @@ const kreg_param_desc kUnrollParam = {
     .name = "unroll",
     .doc = "loop shape within a block",
     .kind = KREG_PARAM_CHOICE,
-    .values = nullptr,
-    .num_values = 0,
     .choices = kUnrollChoices,
     .num_choices = 2,
     .default_value = kUnrollScalar,
-    .default_list = nullptr,
-    .default_list_len = 0,
     .choice_isa = kUnrollIsa,
-    .values_kind = KREG_VALUES_LISTED,
-    .lo = 0,
-    .hi = 0,
-    .step = 0,
-    .cap_dim = nullptr,
-    .when_param = nullptr,
-    .when_values = nullptr,
-    .num_when_values = 0,
 };
 
 const int64_t kPrefetchValues[] = {0, 1};
@@ -283,17 +232,6 @@ const kreg_param_desc kPrefetchParam = {
     .kind = KREG_PARAM_INT,
     .values = kPrefetchValues,
     .num_values = 2,
-    .choices = nullptr,
-    .num_choices = 0,
-    .default_value = 0,
-    .default_list = nullptr,
-    .default_list_len = 0,
-    .choice_isa = nullptr,
-    .values_kind = KREG_VALUES_LISTED,
-    .lo = 0,
-    .hi = 0,
-    .step = 0,
-    .cap_dim = nullptr,
     .when_param = "unroll",
     .when_values = kPrefetchWhen,
     .num_when_values = 1,
@@ -434,12 +372,8 @@ const kreg_kernel kBlockedKernel = {
     .variant = "blocked",
     .version = 1,
     .doc = "in float, block by block, with a prepared plan",
-    .required_isa = 0,
-    .flags = 0,
     .params = kBlockedParams,
     .num_params = kNumBlockedParams,
-    .check = nullptr,
-    .workspace_bytes = nullptr,
     .run = BlockedRun,
     .prepare = BlockedPrepare,
     .release = BlockedRelease,

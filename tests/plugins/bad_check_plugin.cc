@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "plugins/topk/common.h"
+#include "tests/plugins/correct_topk.h"
 
 namespace {
 
@@ -17,17 +18,15 @@ using namespace kreg::topk;
 const char* const kChecks[] = {"ok", "crash", "hang", "refuse"};
 enum CheckMode { kOk, kCrash, kHang, kRefuse };
 
-const kreg_param_desc kCheckParam = [] {
-  kreg_param_desc d{};
-  d.struct_size = sizeof(kreg_param_desc);
-  d.name = "check";
-  d.doc = "how the legality check behaves";
-  d.kind = KREG_PARAM_CHOICE;
-  d.choices = kChecks;
-  d.num_choices = 4;
-  d.default_value = kOk;
-  return d;
-}();
+const kreg_param_desc kCheckParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "check",
+    .doc = "how the legality check behaves",
+    .kind = KREG_PARAM_CHOICE,
+    .choices = kChecks,
+    .num_choices = 4,
+    .default_value = kOk,
+};
 const kreg_param_desc* const kParams[] = {&kCheckParam};
 
 kreg_status Check(const kreg_config* config, const kreg_args* args, const kreg_host* host, char* msg,
@@ -40,43 +39,30 @@ kreg_status Check(const kreg_config* config, const kreg_args* args, const kreg_h
 }
 
 kreg_status Run(const TopKArgs& a, const kreg_config*, const kreg_host* host, char* msg, size_t cap) {
-  const bool bf16 = IsBf16(a);
-  return Finish(SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end, std::vector<uint64_t>& keys) {
-    const void* row = InputRow(a, r);
-    keys.clear();
-    for (int64_t c = start; c < end; ++c) keys.push_back(Pack(Score(FloatBits(row, bf16, c), a.largest), c));
-    KeepBest(keys, a.k);
-    return 0;
-  }), msg, cap);
+  return CorrectTopK(a, host, msg, cap);
 }
 
-const kreg_kernel kBadCheckKernel = [] {
-  kreg_kernel d{};
-  d.struct_size = sizeof(kreg_kernel);
-  d.op = "topk";
-  d.variant = "bad_check";
-  d.version = 1;
-  d.doc = "a correct top-k whose check misbehaves on request";
-  d.params = kParams;
-  d.num_params = 1;
-  d.check = Check;
-  d.run = GuardedRun<Run>;
-  return d;
-}();
+const kreg_kernel kBadCheckKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "topk",
+    .variant = "bad_check",
+    .version = 1,
+    .doc = "a correct top-k whose check misbehaves on request",
+    .params = kParams,
+    .num_params = 1,
+    .check = Check,
+    .run = GuardedRun<Run>,
+};
 const kreg_kernel* const kKernels[] = {&kBadCheckKernel};
 
-const kreg_plugin kPlugin = [] {
-  kreg_plugin d{};
-  d.struct_size = sizeof(kreg_plugin);
-  d.abi_version = KREG_ABI_VERSION;
-  d.name = "bad_check";
-  d.version = "0.1";
-  d.ops = nullptr;  // op "topk" is the topk plugin's
-  d.num_ops = 0;
-  d.kernels = kKernels;
-  d.num_kernels = 1;
-  return d;
-}();
+const kreg_plugin kPlugin = {
+    .struct_size = sizeof(kreg_plugin),
+    .abi_version = KREG_ABI_VERSION,
+    .name = "bad_check",
+    .version = "0.1",
+    .kernels = kKernels,
+    .num_kernels = 1,
+};
 
 }  // namespace
 

@@ -64,20 +64,7 @@ const kreg_param_desc kTileParam = {
     .kind = KREG_PARAM_INT,
     .values = kTileValues,
     .num_values = 3,
-    .choices = nullptr,
-    .num_choices = 0,
     .default_value = FLAW == FLAW_BAD_DEFAULT ? 12 : 16,
-    .default_list = nullptr,
-    .default_list_len = 0,
-    .choice_isa = nullptr,
-    .values_kind = KREG_VALUES_LISTED,
-    .lo = 0,
-    .hi = 0,
-    .step = 0,
-    .cap_dim = nullptr,
-    .when_param = nullptr,
-    .when_values = nullptr,
-    .num_when_values = 0,
 };
 const kreg_param_desc kRoundsParam = {
     .struct_size = sizeof(kreg_param_desc),
@@ -86,20 +73,7 @@ const kreg_param_desc kRoundsParam = {
     .kind = KREG_PARAM_INT,
     .values = kTileValues,
     .num_values = 3,
-    .choices = nullptr,
-    .num_choices = 0,
     .default_value = 8,
-    .default_list = nullptr,
-    .default_list_len = 0,
-    .choice_isa = nullptr,
-    .values_kind = KREG_VALUES_LISTED,
-    .lo = 0,
-    .hi = 0,
-    .step = 0,
-    .cap_dim = nullptr,
-    .when_param = nullptr,
-    .when_values = nullptr,
-    .num_when_values = 0,
 };
 const kreg_param_desc* const kParams[] = {&kTileParam, &kRoundsParam};
 
@@ -126,14 +100,10 @@ const kreg_kernel kKernel0 = {
     .version = 1,
     .doc = "a fake for loader tests",
     .required_isa = FLAW == FLAW_FOREIGN_ISA ? (1u << 30) : 0u,
-    .flags = 0,
     .params = kParams,
     .num_params = 2,
     .check = Check,
-    .workspace_bytes = nullptr,
     .run = FLAW == FLAW_NULL_RUN ? nullptr : Run,
-    .prepare = nullptr,
-    .release = nullptr,
 };
 const kreg_kernel kKernel1 = {
     .struct_size = sizeof(kreg_kernel),
@@ -141,49 +111,32 @@ const kreg_kernel kKernel1 = {
     .variant = VARIANT "_two",
     .version = 1,
     .doc = "a second fake",
-    .required_isa = 0,
-    .flags = 0,
     .params = kParams,
     .num_params = 2,
     .check = Check,
-    .workspace_bytes = nullptr,
     .run = FLAW == FLAW_SECOND_KERNEL_BAD ? nullptr : Run,
-    .prepare = nullptr,
-    .release = nullptr,
 };
 
 #if FLAW == FLAW_BAD_OP
 // An op whose tensor names a dim the op does not declare ("q"); otherwise
 // well formed, with a reference kernel.
-const kreg_dim_desc kDimM = {.struct_size = sizeof(kreg_dim_desc), .name = "m", .doc = "rows", .max = 0};
+const kreg_dim_desc kDimM = {.struct_size = sizeof(kreg_dim_desc), .name = "m", .doc = "rows"};
 const kreg_dim_desc* const kBadOpDims[] = {&kDimM};
 const kreg_tensor_desc kBadOpX = {
     .struct_size = sizeof(kreg_tensor_desc),
     .name = "x",
     .doc = "an input",
     .role = KREG_ROLE_IN,
-    .flags = 0,
     .dtypes = KREG_DTYPE_F32,
-    .same_dtype_as = nullptr,
     .shape = "m,q",
-    .gen = KREG_GEN_VALUES,
-    .gen_dim = nullptr,
-    .tolerances = nullptr,
-    .num_tolerances = 0,
 };
 const kreg_tensor_desc kBadOpY = {
     .struct_size = sizeof(kreg_tensor_desc),
     .name = "y",
     .doc = "an output",
     .role = KREG_ROLE_OUT,
-    .flags = 0,
     .dtypes = KREG_DTYPE_F32,
-    .same_dtype_as = nullptr,
     .shape = "m",
-    .gen = KREG_GEN_VALUES,
-    .gen_dim = nullptr,
-    .tolerances = nullptr,
-    .num_tolerances = 0,
 };
 const kreg_tensor_desc* const kBadOpTensors[] = {&kBadOpX, &kBadOpY};
 const char* const kBadOpDefaults[] = {VARIANT};
@@ -195,11 +148,6 @@ const kreg_op_desc kBadOp = {
     .num_dims = 1,
     .tensors = kBadOpTensors,
     .num_tensors = 2,
-    .attrs = nullptr,
-    .num_attrs = 0,
-    .validate = nullptr,
-    .data_class = nullptr,
-    .default_variant = nullptr,
     .default_variants = kBadOpDefaults,
     .num_default_variants = 1,
 };
@@ -211,15 +159,8 @@ const kreg_kernel kBadOpKernel = {
     .variant = VARIANT,
     .version = 1,
     .doc = "a kernel of the malformed op",
-    .required_isa = 0,
     .flags = KREG_KERNEL_REFERENCE,
-    .params = nullptr,
-    .num_params = 0,
-    .check = nullptr,
-    .workspace_bytes = nullptr,
     .run = Run,
-    .prepare = nullptr,
-    .release = nullptr,
 };
 const kreg_kernel* const kKernels[] = {&kKernel0, &kKernel1, &kBadOpKernel};
 #else
@@ -248,7 +189,6 @@ kreg_status Init(const kreg_host*, char* msg, size_t cap) {
     .kernels = kKernels,
     .num_kernels = sizeof kKernels / sizeof kKernels[0],
     .init = Init,
-    .fini = nullptr,
 };
 
 #if FLAW == FLAW_OLD_ABI

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "plugins/topk/common.h"
+#include "tests/plugins/correct_topk.h"
 
 namespace {
 
@@ -16,17 +17,15 @@ using namespace kreg::topk;
 const char* const kModes[] = {"ok", "slow", "wrong", "crash", "hang"};
 enum Mode { kOk, kSlow, kWrong, kCrash, kHang };
 
-const kreg_param_desc kModeParam = [] {
-  kreg_param_desc d{};
-  d.struct_size = sizeof(kreg_param_desc);
-  d.name = "mode";
-  d.doc = "how to behave";
-  d.kind = KREG_PARAM_CHOICE;
-  d.choices = kModes;
-  d.num_choices = 5;
-  d.default_value = kOk;
-  return d;
-}();
+const kreg_param_desc kModeParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "mode",
+    .doc = "how to behave",
+    .kind = KREG_PARAM_CHOICE,
+    .choices = kModes,
+    .num_choices = 5,
+    .default_value = kOk,
+};
 const kreg_param_desc* const kParams[] = {&kModeParam};
 
 kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg, size_t cap) {
@@ -34,44 +33,30 @@ kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* h
   if (mode == kCrash) std::raise(SIGSEGV);
   while (mode == kHang) std::this_thread::sleep_for(std::chrono::seconds(1));
   if (mode == kSlow) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const bool bf16 = IsBf16(a);
-  return Finish(SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end, std::vector<uint64_t>& keys) {
-    const void* row = InputRow(a, r);
-    keys.clear();
-    for (int64_t c = start; c < end; ++c) keys.push_back(Pack(Score(FloatBits(row, bf16, c), a.largest), c));
-    KeepBest(keys, a.k);
-    if (mode == kWrong) std::reverse(keys.begin(), keys.end());
-    return 0;
-  }), msg, cap);
+  return CorrectTopK(a, host, msg, cap, /*reversed=*/mode == kWrong);
 }
 
-const kreg_kernel kFaultyKernel = [] {
-  kreg_kernel d{};
-  d.struct_size = sizeof(kreg_kernel);
-  d.op = "topk";
-  d.variant = "faulty";
-  d.version = 1;
-  d.doc = "misbehaves on request";
-  d.params = kParams;
-  d.num_params = 1;
-  d.check = CheckTopK;
-  d.run = GuardedRun<Run>;
-  return d;
-}();
+const kreg_kernel kFaultyKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "topk",
+    .variant = "faulty",
+    .version = 1,
+    .doc = "misbehaves on request",
+    .params = kParams,
+    .num_params = 1,
+    .check = CheckTopK,
+    .run = GuardedRun<Run>,
+};
 const kreg_kernel* const kKernels[] = {&kFaultyKernel};
 
-const kreg_plugin kPlugin = [] {
-  kreg_plugin d{};
-  d.struct_size = sizeof(kreg_plugin);
-  d.abi_version = KREG_ABI_VERSION;
-  d.name = "faulty";
-  d.version = "0.1";
-  d.ops = nullptr;  // op "topk" is the topk plugin's
-  d.num_ops = 0;
-  d.kernels = kKernels;
-  d.num_kernels = 1;
-  return d;
-}();
+const kreg_plugin kPlugin = {
+    .struct_size = sizeof(kreg_plugin),
+    .abi_version = KREG_ABI_VERSION,
+    .name = "faulty",
+    .version = "0.1",
+    .kernels = kKernels,
+    .num_kernels = 1,
+};
 
 }  // namespace
 

@@ -20,20 +20,7 @@ const kreg_param_desc kTileParam = {
     .kind = KREG_PARAM_INT,
     .values = kTiles,
     .num_values = 4,
-    .choices = nullptr,
-    .num_choices = 0,
     .default_value = 4,
-    .default_list = nullptr,
-    .default_list_len = 0,
-    .choice_isa = nullptr,
-    .values_kind = KREG_VALUES_LISTED,
-    .lo = 0,
-    .hi = 0,
-    .step = 0,
-    .cap_dim = nullptr,
-    .when_param = nullptr,
-    .when_values = nullptr,
-    .num_when_values = 0,
 };
 const kreg_param_desc* const kParams[] = {&kTileParam};
 
@@ -64,15 +51,10 @@ const kreg_kernel kTiledKernel = {
     .variant = "tiled",
     .version = 1,
     .doc = "a fake whose tile must not exceed k",
-    .required_isa = 0,
-    .flags = 0,
     .params = kParams,
     .num_params = 1,
     .check = Check,
-    .workspace_bytes = nullptr,
     .run = Run,
-    .prepare = nullptr,
-    .release = nullptr,
 };
 const kreg_kernel* const kKernels[] = {&kTiledKernel};
 
@@ -81,12 +63,8 @@ const kreg_plugin kPlugin = {
     .abi_version = KREG_ABI_VERSION,
     .name = "lut_test",
     .version = "0.1",
-    .ops = nullptr,
-    .num_ops = 0,
     .kernels = kKernels,
     .num_kernels = 1,
-    .init = nullptr,
-    .fini = nullptr,
 };
 
 }  // namespace

@@ -1,11 +1,11 @@
 // The kernel registry: loads plugins (shared objects speaking
-// kreg/plugin_abi.h), checks them, and registers their kernels by
-// "op/variant".
+// kreg/plugin_abi.h), checks them, and registers the ops they declare (by
+// name, kreg/op.h) and their kernels (by "op/variant").
 //
-// Ownership: a Registry owns the plugins it loaded. Kernels are handed out as
-// std::shared_ptr<const Kernel>; each keeps its plugin loaded, so a kernel
-// obtained from a registry stays callable after the registry is gone (the
-// plugin is dlclose()d when its last kernel is released).
+// Ownership: a Registry owns the plugins it loaded. Ops and kernels are handed
+// out as shared pointers; each keeps its plugin loaded, so a kernel obtained
+// from a registry stays callable after the registry is gone (the plugin's
+// fini() runs and it is dlclose()d when its last op or kernel is released).
 //
 // Thread-safety: all const methods of Registry and Kernel are thread-safe;
 // LoadPlugin may run concurrently with lookups.
