@@ -328,9 +328,28 @@ absl::StatusOr<Values> Op::ParseValues(const NamedValues& named) const {
 }
 
 absl::StatusOr<Values> Op::ParseValues(const Dims& dims) const {
-  NamedValues named;
-  for (const auto& [name, value] : dims) named.emplace_back(name, absl::StrCat(value));
-  return ParseValues(named);
+  // Integers need no parsing: only names that are not plain dims or integer
+  // attributes (or values out of range) take the general path, which words
+  // the error.
+  Values v;
+  v.dims.assign(dims_.size(), -1);
+  for (const AttrInfo& a : attrs_) v.attrs.push_back(a.default_value);
+  for (const auto& [name, value] : dims) {
+    const int d = FindDim(name);
+    if (d >= 0 && value >= 0 && value <= dims_[d].max) {
+      v.dims[d] = value;
+      continue;
+    }
+    const int a = d < 0 ? FindAttr(name) : -1;
+    if (a >= 0 && !attrs_[a].is_float && value >= attrs_[a].min.i && value <= attrs_[a].max.i) {
+      v.attrs[a].i = value;
+      continue;
+    }
+    NamedValues named;
+    for (const auto& [n, x] : dims) named.emplace_back(n, absl::StrCat(x));
+    return ParseValues(named);
+  }
+  return v;
 }
 
 absl::Status Op::CheckComplete(const Values& values) const {

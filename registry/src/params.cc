@@ -59,6 +59,19 @@ std::vector<int64_t> ParamInfo::Values(const int64_t* dims) const {
   return out;
 }
 
+bool ParamInfo::Legal(int64_t v, const int64_t* dims) const {
+  if (dims != nullptr && cap_dim >= 0 && v > dims[cap_dim]) return false;
+  switch (values_kind) {
+    case KREG_VALUES_LISTED:
+      return std::find(listed.begin(), listed.end(), v) != listed.end();
+    case KREG_VALUES_RANGE:
+      return v >= lo && v <= hi && (v - lo) % step == 0 && (v - lo) / step < 4096;
+    case KREG_VALUES_POW2:
+      return v >= lo && v <= hi && v > 0 && (v & (v - 1)) == 0;
+  }
+  return false;
+}
+
 bool ParamInfo::ChoiceAvailable(int64_t i, uint32_t isa) const {
   if (i < 0 || static_cast<size_t>(i) >= choices.size()) return false;
   if (choice_isa.empty()) return true;
@@ -226,17 +239,17 @@ absl::Status ParamSpace::Validate(const Config& config, absl::string_view kernel
       }
       continue;
     }
-    const std::vector<int64_t> legal = p.Values(dims);
-    auto is_legal = [&](int64_t x) { return std::binary_search(legal.begin(), legal.end(), x); };
     auto legal_text = [&] {
+      const std::vector<int64_t> legal = p.Values(dims);
+      if (legal.empty()) return std::string("(no value is legal here)");
       return legal.size() <= 24 ? absl::StrJoin(legal, ", ")
                                 : absl::StrCat(legal.front(), " .. ", legal.back(), " (", legal.size(), " values)");
     };
     if (p.kind == KREG_PARAM_INT) {
-      if (!is_legal(v.value)) return bad(absl::StrCat(v.value, " is not one of ", legal_text()));
+      if (!p.Legal(v.value, dims)) return bad(absl::StrCat(v.value, " is not one of ", legal_text()));
     } else {
       for (size_t j = 0; j < v.list.size(); ++j) {
-        if (!is_legal(v.list[j])) return bad(absl::StrCat(v.list[j], " is not one of ", legal_text()));
+        if (!p.Legal(v.list[j], dims)) return bad(absl::StrCat(v.list[j], " is not one of ", legal_text()));
         if (j > 0 && v.list[j] <= v.list[j - 1]) return bad("the list must be increasing");
       }
     }

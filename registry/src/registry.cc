@@ -294,6 +294,10 @@ absl::StatusOr<Config> Kernel::ParseConfig(
 
 absl::Status Kernel::Check(const Config& config, const kreg_args& args) const {
   if (absl::Status s = op_->Validate(args); !s.ok()) return s;
+  return CheckConfig(config, args);
+}
+
+absl::Status Kernel::CheckConfig(const Config& config, const kreg_args& args) const {
   if (absl::Status s = params_.Validate(config, name_, CpuIsa(), args.dims); !s.ok()) return s;
   if (desc_->check == nullptr) return absl::OkStatus();
   char msg[512] = "";

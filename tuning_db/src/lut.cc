@@ -42,9 +42,9 @@ absl::Status MakeShape(const Op& op, const TensorTypes& types, const Dims& dims,
   return op.MakeShapeArgs(*values, types, out);
 }
 
-// Whether `config` is legal for the shape.
+// Whether `config` is legal for the shape (validated when it was made).
 absl::Status Legal(const Kernel& kernel, const Config& config, const ShapeArgs& shape) {
-  return kernel.Check(config, *shape.args());
+  return kernel.CheckConfig(config, *shape.args());
 }
 
 // ---- Hashing keys in place --------------------------------------------------

@@ -367,12 +367,18 @@ absl::StatusOr<TuningDb> TuningDb::Parse(absl::string_view bytes, absl::string_v
     return loss(absl::StrCat("entry_count says ", db.entry_count(), " entries, the file holds ",
                              db.entries_size(), " (truncated?)"));
   }
-  absl::StatusOr<TuningDb> out = FromProto(std::move(db));
+  // Parsed strings are valid UTF-8 already (protobuf checks): no sanitizing.
+  absl::StatusOr<TuningDb> out = Adopt(std::move(db));
   if (!out.ok()) return absl::DataLossError(absl::StrCat(name, ": ", out.status().message()));
   return out;
 }
 
 absl::StatusOr<TuningDb> TuningDb::FromProto(tuning::Database database) {
+  Sanitize(&database);
+  return Adopt(std::move(database));
+}
+
+absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database database) {
   if (database.schema_version() == 0) {
     return absl::DataLossError("no schema_version: not a kreg tuning database");
   }
@@ -504,7 +510,9 @@ int TuningDb::FindEntryIndex(const tuning::ProblemKey& key) const {
   return it == entries_.end() ? -1 : it->second;
 }
 
-void TuningDb::AddTrial(const tuning::ProblemKey& key, const Trial& trial) {
+void TuningDb::AddTrial(const tuning::ProblemKey& key, const Trial& raw) {
+  Trial trial = raw;
+  Sanitize(&trial);
   PutTrial(FindOrAddEntry(key), trial, /*keep_newer=*/false);
 }
 
@@ -517,9 +525,7 @@ void TuningDb::SetTuningInfo(const tuning::ProblemKey& key, absl::string_view to
   e->set_incomplete(!complete);
 }
 
-void TuningDb::PutTrial(int entry, const Trial& raw, bool keep_newer) {
-  Trial trial = raw;
-  Sanitize(&trial);
+void TuningDb::PutTrial(int entry, const Trial& trial, bool keep_newer) {
   tuning::Entry& e = *db_.mutable_entries(entry);
   EntryIndex& index = index_[entry];
   std::string id = TrialId(trial);

@@ -46,6 +46,8 @@ struct ParamInfo {
   // With `dims` (the op's dims of a problem) generated values are capped at
   // cap_dim's value; without, they are not.
   std::vector<int64_t> Values(const int64_t* dims = nullptr) const;
+  // Whether `v` is one of Values(dims), without building the list.
+  bool Legal(int64_t v, const int64_t* dims = nullptr) const;
   // Whether choice `i` exists and the CPU (`isa`) has what it needs.
   bool ChoiceAvailable(int64_t i, uint32_t isa) const;
 };

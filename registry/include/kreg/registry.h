@@ -133,6 +133,9 @@ class Kernel {
   // Validates `args` for the op, checks the configuration's values against
   // them, then asks the kernel's own check. `args` may be shape-only.
   absl::Status Check(const Config& config, const kreg_args& args) const;
+  // Check for args already validated for the op (e.g. Op::MakeShapeArgs'):
+  // the values and the kernel's own check only.
+  absl::Status CheckConfig(const Config& config, const kreg_args& args) const;
   // Checks, sizes the workspace and prepares: the returned run may be
   // repeated. Unavailable kernels give FailedPrecondition.
   absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Config& config, const kreg_args& args,

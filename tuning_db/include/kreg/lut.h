@@ -200,6 +200,9 @@ class TuningDb {
     int best = -1, runner_up = -1;                 // indices into trials
   };
 
+  // FromProto without making strings valid UTF-8 (for parsed files, whose
+  // strings protobuf has checked).
+  static absl::StatusOr<TuningDb> Adopt(tuning::Database database);
   // Index of the entry for `key` (dims in any order), added if missing; or -1.
   int FindOrAddEntry(const tuning::ProblemKey& key);
   int FindEntryIndex(const tuning::ProblemKey& key) const;
