@@ -103,29 +103,13 @@ absl::StatusOr<ProblemSpec> SpecFromFlags(const Flags& flags, const Registry& re
 }
 
 absl::Status ShapeArgsOf(const ProblemSpec& spec, ShapeArgs* out) {
-  const Op& op = *spec.op;
-  Values values = spec.values;
-  std::map<std::string, const Tensor*> given;
-  std::map<std::string, DType> given_types;
-  for (const auto& [name, t] : spec.options.inputs) {
-    given[name] = &t;
-    given_types[name] = t.dtype();
-  }
-  absl::StatusOr<TensorTypes> types = op.ResolveTypes(spec.options.dtypes, spec.options.with, given_types);
-  if (!types.ok()) return types.status();
-  if (absl::Status s = op.DimsFromInputs(given, &values); !s.ok()) return s;
-  return op.MakeShapeArgs(values, *types, out);
+  return MakeShapeArgs(*spec.op, spec.values, spec.options, out);
 }
 
 absl::StatusOr<std::string> DataClassOf(const Flags& flags, const ProblemSpec& spec, const kreg_args& args) {
-  if (!flags.data_class.empty()) return ValidUtf8(flags.data_class);
-  if (spec.op->has_data_class() && !(args.flags & KREG_ARGS_SHAPE_ONLY)) {
-    absl::StatusOr<std::string> d = spec.op->DataClass(args);
-    if (!d.ok()) return d.status();
-    return ValidUtf8(*d);
-  }
-  if (spec.options.dist == Dist::kNormal || !spec.options.inputs.empty()) return std::string();
-  return absl::StrCat("dist=", DistName(spec.options.dist));
+  absl::StatusOr<std::string> d = kreg::DataClassOf(*spec.op, args, spec.options, flags.data_class);
+  if (!d.ok()) return d.status();
+  return ValidUtf8(*d);
 }
 
 // ---- JSON ------------------------------------------------------------------------
