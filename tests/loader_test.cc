@@ -30,6 +30,7 @@ std::string AxpyPlugin(const std::string& name) {
   return std::string(KREG_AXPY_PLUGIN_DIR) + "/test_" + name + ".so";
 }
 std::string TopKPlugin() { return std::string(KREG_PLUGIN_DIR) + "/kreg_topk.so"; }
+std::string GmmPlugin() { return std::string(KREG_PLUGIN_DIR) + "/kreg_gmm.so"; }
 
 std::vector<std::string> Names(const std::vector<std::shared_ptr<const Kernel>>& kernels) {
   std::vector<std::string> names;
@@ -164,12 +165,12 @@ TEST(LoaderTest, AFolderOfBrokenPluginsLoadsTheGoodOnesAndRecordsTheRest) {
   options.use_default_dirs = false;
   absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Load(options);
   ASSERT_TRUE(registry.ok()) << registry.status();
-  // The topk plugin loads; test_duplicate sorts before test_foreign_isa and
+  // The build's plugins load; test_duplicate sorts before test_foreign_isa and
   // test_none and wins topk/fake; every other file (the 17 flaw builds, NONE
   // and FOREIGN_ISA as duplicates) is refused.
   std::vector<std::string> loaded;
   for (const PluginInfo& p : (*registry)->Plugins()) loaded.push_back(p.path);
-  EXPECT_THAT(loaded, UnorderedElementsAre(TopKPlugin(), TestPlugin("duplicate")));
+  EXPECT_THAT(loaded, UnorderedElementsAre(GmmPlugin(), TopKPlugin(), TestPlugin("duplicate")));
   EXPECT_EQ((*registry)->refusals().size(), 17u);
   for (const absl::Status& s : (*registry)->refusals()) {
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
@@ -196,7 +197,7 @@ TEST(LoaderTest, EarlierLocationShadowsSameFileName) {
   ASSERT_TRUE(registry.ok());
   EXPECT_TRUE((*registry)->refusals().empty());
   EXPECT_TRUE((*registry)->Get("topk/sort").ok());
-  EXPECT_EQ((*registry)->Files(), std::vector<std::string>{TopKPlugin()});
+  EXPECT_EQ((*registry)->Files(), (std::vector<std::string>{GmmPlugin(), TopKPlugin()}));
 }
 
 // ---- Kernels --------------------------------------------------------------------

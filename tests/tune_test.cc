@@ -162,7 +162,7 @@ TEST(TuneTest, BadInputGetsOneClearLineAndExitCode2) {
            {"tune topk --dims batch=2,n=10,k=3 --max-list-len 0 --db DB", "--max-list-len: must be at least 1"},
            {"tune topk --dims batch=2,n=10,k=3 --check --db DB", "--check does not apply to 'kreg tune'"},
            {"tune topk --dims batch=2,n=10,k=3 --db DB --budgte 3", "did you mean --budget?"},
-           {"tune gmm --dims m=3 --db DB", "unknown op 'gmm'"},
+           {"tune nosuchop --dims m=3 --db DB", "unknown op 'nosuchop'"},
            {"query topk --dims batch=2,n=10,k=3 --db /nonexistent.lut", "kreg query: /nonexistent.lut"},
            {"query topk --db DB", "kreg query: --dims is required"},
            {"query topk --dims batch=2,n=10,k=3 --variants sort --db DB", "--variants does not apply to 'kreg query'"},

@@ -1,0 +1,238 @@
+// Ops "gmm" and "tgmm": the grouped matmuls of mixture-of-experts layers (as
+// Pallas megablox's gmm / tgmm). group_sizes partitions the first
+// sum(group_sizes) <= m rows into consecutive blocks: block g holds rows
+// [start_g, start_g + group_sizes[g]), start_g the sum of the earlier sizes.
+//
+// gmm   dims     m (rows), k (reduction), n (columns), groups (G).
+//       tensors  lhs           [m, k]         f32 or bf16.
+//                rhs           [groups, k, n] lhs's dtype.
+//                group_sizes   [groups]       int32, >= 0, summing to <= m.
+//                out           [m, n]         f32 or bf16 (free: the output
+//                                             dtype is chosen by the caller).
+//                existing_out  optional [m, n], out's dtype: an accumulator.
+//       out[r] = existing_out[r] + lhs[r] . rhs[g] for the rows r of block g;
+//       rows past sum(group_sizes) are existing_out[r] (0 without it).
+//
+// tgmm  dims     k (rows of out[g]), m (reduction: the grouped rows), n,
+//                groups.
+//       tensors  lhs           [k, m]         f32 or bf16.
+//                rhs           [m, n]         lhs's dtype.
+//                group_sizes   [groups]       int32, as for gmm.
+//                out           [groups, k, n] f32 or bf16 (free).
+//       out[g] = lhs[:, rows of g] . rhs[rows of g, :]; an empty group gives
+//       zeros; rows past sum(group_sizes) are ignored.
+//
+// bf16 inputs are widened exactly. The reference accumulates in double and
+// rounds once (to nearest even) to out's dtype; other kernels may accumulate
+// in float. out is compared with tolerance atol * (reduction length) + rtol *
+// |want|: f32 1e-5 / 1e-5, bf16 1e-2 / 1/128 (one bf16 ulp). NaN and
+// infinities propagate as in a plain matmul (no zero is skipped).
+//
+// Not yet: transpose_rhs (rhs read as [groups, n, k]), group_offset /
+// a local subset of groups, per-group offsets into rhs.
+#include <string_view>
+
+#include "common.h"
+#include "kreg/plugin_abi.h"
+#include "variants.h"
+
+namespace kreg::gmm {
+namespace {
+
+constexpr bool Named(const char* got, std::string_view want) { return std::string_view(got) == want; }
+
+const char* const kDefaultVariants[] = {"tiled"};
+
+// ---- gmm ---------------------------------------------------------------------------
+
+constexpr kreg_dim_desc kGmmMDim = {
+    .struct_size = sizeof(kreg_dim_desc), .name = "m", .doc = "rows of lhs and out (tokens)", .max = INT32_MAX};
+constexpr kreg_dim_desc kGmmKDim = {
+    .struct_size = sizeof(kreg_dim_desc), .name = "k", .doc = "reduction length (columns of lhs)"};
+constexpr kreg_dim_desc kGmmNDim = {.struct_size = sizeof(kreg_dim_desc), .name = "n", .doc = "columns of rhs and out"};
+constexpr kreg_dim_desc kGmmGroupsDim = {
+    .struct_size = sizeof(kreg_dim_desc), .name = "groups", .doc = "groups (experts): the length of group_sizes"};
+constexpr const kreg_dim_desc* kGmmDims[] = {&kGmmMDim, &kGmmKDim, &kGmmNDim, &kGmmGroupsDim};
+
+constexpr kreg_tolerance kGmmOutF32 = {
+    .struct_size = sizeof(kreg_tolerance), .dtype = KREG_DTYPE_F32, .atol = 1e-5, .rtol = 1e-5, .scale_dim = "k"};
+constexpr kreg_tolerance kGmmOutBf16 = {.struct_size = sizeof(kreg_tolerance),
+                                        .dtype = KREG_DTYPE_BF16,
+                                        .atol = 1e-2,
+                                        .rtol = 1.0 / 128,
+                                        .scale_dim = "k"};
+constexpr const kreg_tolerance* kGmmOutTolerances[] = {&kGmmOutF32, &kGmmOutBf16};
+
+constexpr kreg_tensor_desc kGmmLhsDesc = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "lhs",
+    .doc = "the rows (tokens), grouped by consecutive blocks",
+    .role = KREG_ROLE_IN,
+    .dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16,
+    .shape = "m,k",
+};
+constexpr kreg_tensor_desc kGmmRhsDesc = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "rhs",
+    .doc = "one [k, n] matrix per group (expert weights)",
+    .role = KREG_ROLE_IN,
+    .dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16,
+    .same_dtype_as = "lhs",
+    .shape = "groups,k,n",
+};
+constexpr kreg_tensor_desc kGmmGroupSizesDesc = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "group_sizes",
+    .doc = "rows per group, >= 0, summing to at most m",
+    .role = KREG_ROLE_IN,
+    .dtypes = KREG_DTYPE_I32,
+    .shape = "groups",
+    .gen = KREG_GEN_PARTITION,
+    .gen_dim = "m",
+};
+constexpr kreg_tensor_desc kGmmOutDesc = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "out",
+    .doc = "existing_out (or 0) plus each row times its group's rhs; rows past the groups: existing_out or 0",
+    .role = KREG_ROLE_OUT,
+    .dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16,
+    .shape = "m,n",
+    .tolerances = kGmmOutTolerances,
+    .num_tolerances = 2,
+};
+constexpr kreg_tensor_desc kGmmExistingOutDesc = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "existing_out",
+    .doc = "an accumulator added to out (absent: 0)",
+    .role = KREG_ROLE_IN,
+    .flags = KREG_TENSOR_OPTIONAL,
+    .dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16,
+    .same_dtype_as = "out",
+    .shape = "m,n",
+};
+constexpr const kreg_tensor_desc* kGmmTensors[] = {&kGmmLhsDesc, &kGmmRhsDesc, &kGmmGroupSizesDesc, &kGmmOutDesc,
+                                                   &kGmmExistingOutDesc};
+
+static_assert(sizeof kGmmDims / sizeof kGmmDims[0] == kGmmNumDims && Named(kGmmDims[kGmmM]->name, "m") &&
+              Named(kGmmDims[kGmmK]->name, "k") && Named(kGmmDims[kGmmN]->name, "n") &&
+              Named(kGmmDims[kGmmGroups]->name, "groups"));
+static_assert(sizeof kGmmTensors / sizeof kGmmTensors[0] == kGmmNumTensors &&
+              Named(kGmmTensors[kGmmLhs]->name, "lhs") && Named(kGmmTensors[kGmmRhs]->name, "rhs") &&
+              Named(kGmmTensors[kGmmGroupSizes]->name, "group_sizes") && Named(kGmmTensors[kGmmOut]->name, "out") &&
+              Named(kGmmTensors[kGmmExistingOut]->name, "existing_out"));
+
+kreg_status ValidateGmm(const kreg_args* args, char* msg, size_t cap) {
+  return Guarded(msg, cap, [&] {
+    GroupedView v;
+    if (!ViewGmm(args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
+    return ValidatePartition(args, v, msg, cap);
+  });
+}
+
+// ---- tgmm --------------------------------------------------------------------------
+
+constexpr kreg_dim_desc kTgmmKDim = {
+    .struct_size = sizeof(kreg_dim_desc), .name = "k", .doc = "rows of lhs and of each out[g]"};
+constexpr kreg_dim_desc kTgmmMDim = {.struct_size = sizeof(kreg_dim_desc),
+                                     .name = "m",
+                                     .doc = "grouped rows (tokens): the reduction length",
+                                     .max = INT32_MAX};
+constexpr kreg_dim_desc kTgmmNDim = {
+    .struct_size = sizeof(kreg_dim_desc), .name = "n", .doc = "columns of rhs and of each out[g]"};
+constexpr kreg_dim_desc kTgmmGroupsDim = {
+    .struct_size = sizeof(kreg_dim_desc), .name = "groups", .doc = "groups (experts): the length of group_sizes"};
+constexpr const kreg_dim_desc* kTgmmDims[] = {&kTgmmKDim, &kTgmmMDim, &kTgmmNDim, &kTgmmGroupsDim};
+
+constexpr kreg_tolerance kTgmmOutF32 = {
+    .struct_size = sizeof(kreg_tolerance), .dtype = KREG_DTYPE_F32, .atol = 1e-5, .rtol = 1e-5, .scale_dim = "m"};
+constexpr kreg_tolerance kTgmmOutBf16 = {.struct_size = sizeof(kreg_tolerance),
+                                         .dtype = KREG_DTYPE_BF16,
+                                         .atol = 1e-2,
+                                         .rtol = 1.0 / 128,
+                                         .scale_dim = "m"};
+constexpr const kreg_tolerance* kTgmmOutTolerances[] = {&kTgmmOutF32, &kTgmmOutBf16};
+
+constexpr kreg_tensor_desc kTgmmLhsDesc = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "lhs",
+    .doc = "[k, m]: its columns are the grouped rows",
+    .role = KREG_ROLE_IN,
+    .dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16,
+    .shape = "k,m",
+};
+constexpr kreg_tensor_desc kTgmmRhsDesc = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "rhs",
+    .doc = "[m, n]: the grouped rows (e.g. output gradients)",
+    .role = KREG_ROLE_IN,
+    .dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16,
+    .same_dtype_as = "lhs",
+    .shape = "m,n",
+};
+constexpr kreg_tensor_desc kTgmmGroupSizesDesc = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "group_sizes",
+    .doc = "rows per group, >= 0, summing to at most m",
+    .role = KREG_ROLE_IN,
+    .dtypes = KREG_DTYPE_I32,
+    .shape = "groups",
+    .gen = KREG_GEN_PARTITION,
+    .gen_dim = "m",
+};
+constexpr kreg_tensor_desc kTgmmOutDesc = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "out",
+    .doc = "per group, lhs[:, its rows] times rhs[its rows, :]; zeros for an empty group",
+    .role = KREG_ROLE_OUT,
+    .dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16,
+    .shape = "groups,k,n",
+    .tolerances = kTgmmOutTolerances,
+    .num_tolerances = 2,
+};
+constexpr const kreg_tensor_desc* kTgmmTensors[] = {&kTgmmLhsDesc, &kTgmmRhsDesc, &kTgmmGroupSizesDesc, &kTgmmOutDesc};
+
+static_assert(sizeof kTgmmDims / sizeof kTgmmDims[0] == kTgmmNumDims && Named(kTgmmDims[kTgmmK]->name, "k") &&
+              Named(kTgmmDims[kTgmmM]->name, "m") && Named(kTgmmDims[kTgmmN]->name, "n") &&
+              Named(kTgmmDims[kTgmmGroups]->name, "groups"));
+static_assert(sizeof kTgmmTensors / sizeof kTgmmTensors[0] == kTgmmNumTensors &&
+              Named(kTgmmTensors[kTgmmLhs]->name, "lhs") && Named(kTgmmTensors[kTgmmRhs]->name, "rhs") &&
+              Named(kTgmmTensors[kTgmmGroupSizes]->name, "group_sizes") &&
+              Named(kTgmmTensors[kTgmmOut]->name, "out"));
+
+kreg_status ValidateTgmm(const kreg_args* args, char* msg, size_t cap) {
+  return Guarded(msg, cap, [&] {
+    GroupedView v;
+    if (!ViewTgmm(args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
+    return ValidatePartition(args, v, msg, cap);
+  });
+}
+
+}  // namespace
+
+const kreg_op_desc kGmmOp = {
+    .struct_size = sizeof(kreg_op_desc),
+    .name = "gmm",
+    .doc = "grouped matmul: each block of rows of lhs [m, k] times its group's rhs [k, n]",
+    .dims = kGmmDims,
+    .num_dims = kGmmNumDims,
+    .tensors = kGmmTensors,
+    .num_tensors = kGmmNumTensors,
+    .validate = ValidateGmm,
+    .default_variants = kDefaultVariants,
+    .num_default_variants = 1,
+};
+
+const kreg_op_desc kTgmmOp = {
+    .struct_size = sizeof(kreg_op_desc),
+    .name = "tgmm",
+    .doc = "transposed grouped matmul: per group, lhs[:, its rows] [k, m_g] times rhs[its rows] [m_g, n]",
+    .dims = kTgmmDims,
+    .num_dims = kTgmmNumDims,
+    .tensors = kTgmmTensors,
+    .num_tensors = kTgmmNumTensors,
+    .validate = ValidateTgmm,
+    .default_variants = kDefaultVariants,
+    .num_default_variants = 1,
+};
+
+}  // namespace kreg::gmm

@@ -1,0 +1,114 @@
+// gmm/reference and tgmm/reference: the ops' oracles. Plain loops, each
+// output a sum in double in reduction order (products of widened f32/bf16
+// values are exact in double), plus existing_out, rounded once to out's
+// dtype. Rows (gmm) / (group, row) pairs (tgmm) run in parallel.
+#include <algorithm>
+#include <vector>
+
+#include "common.h"
+#include "variants.h"
+
+namespace kreg::gmm {
+
+double GmmDot(const Mat& lhs, int64_t row, const Mat& rhs, int64_t col, int64_t k) {
+  const void* a = lhs.Row(row);
+  double acc = 0.0;
+  for (int64_t p = 0; p < k; ++p) {
+    acc += static_cast<double>(LoadAt(a, lhs.bf16, p)) * static_cast<double>(rhs.At(p, col));
+  }
+  return acc;
+}
+
+double TgmmDot(const Mat& lhs, int64_t i, const Mat& rhs, int64_t col, int64_t r0, int64_t r1) {
+  const void* a = lhs.Row(i);
+  double acc = 0.0;
+  for (int64_t r = r0; r < r1; ++r) {
+    acc += static_cast<double>(LoadAt(a, lhs.bf16, r)) * static_cast<double>(rhs.At(r, col));
+  }
+  return acc;
+}
+
+namespace {
+
+kreg_status GmmRun(const kreg_config*, const kreg_args* args, void*, void*, size_t, const kreg_host* host, char* msg,
+                   size_t cap) {
+  return Guarded(msg, cap, [&]() -> kreg_status {
+    GroupedView v;
+    if (!ViewGmm(args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
+    if (kreg_status s = CheckCpu(args, host, msg, cap); s != KREG_OK) return s;
+    const std::vector<int64_t> starts = GroupStarts(v);
+    const Mat lhs = GmmLhs(v);
+    const OutMat out = GmmOut(v);
+    const kreg_status status = ParallelFor(v.m, host, [&](int64_t r) {
+      // The group of row r, or groups when r is past them all.
+      const int64_t g = std::upper_bound(starts.begin() + 1, starts.end(), r) - (starts.begin() + 1);
+      std::vector<double> acc(v.n, 0.0);
+      if (g < v.groups) {
+        const Mat rhs = GmmRhs(v, g);
+        const void* a = lhs.Row(r);
+        // Row-wise, but each acc[j] still sums p = 0..k-1 in order: GmmDot's sum.
+        for (int64_t p = 0; p < v.k; ++p) {
+          const double x = LoadAt(a, lhs.bf16, p);
+          const void* b = rhs.Row(p);
+          for (int64_t j = 0; j < v.n; ++j) acc[j] += x * static_cast<double>(LoadAt(b, rhs.bf16, j));
+        }
+      }
+      if (v.existing != nullptr) {
+        const void* e = GmmExisting(v).Row(r);
+        for (int64_t j = 0; j < v.n; ++j) acc[j] += LoadAt(e, v.out_bf16, j);
+      }
+      void* o = out.Row(r);
+      for (int64_t j = 0; j < v.n; ++j) StoreDouble(o, out.bf16, j, acc[j]);
+    });
+    return Finish(status, msg, cap);
+  });
+}
+
+kreg_status TgmmRun(const kreg_config*, const kreg_args* args, void*, void*, size_t, const kreg_host* host,
+                    char* msg, size_t cap) {
+  return Guarded(msg, cap, [&]() -> kreg_status {
+    GroupedView v;
+    if (!ViewTgmm(args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
+    if (kreg_status s = CheckCpu(args, host, msg, cap); s != KREG_OK) return s;
+    const std::vector<int64_t> starts = GroupStarts(v);
+    const Mat lhs = TgmmLhs(v), rhs = TgmmRhs(v);
+    const kreg_status status = ParallelFor(v.groups * v.k, host, [&](int64_t gi) {
+      const int64_t g = gi / v.k, i = gi % v.k;
+      std::vector<double> acc(v.n, 0.0);
+      const void* a = lhs.Row(i);
+      for (int64_t r = starts[g]; r < starts[g + 1]; ++r) {
+        const double x = LoadAt(a, lhs.bf16, r);
+        const void* b = rhs.Row(r);
+        for (int64_t j = 0; j < v.n; ++j) acc[j] += x * static_cast<double>(LoadAt(b, rhs.bf16, j));
+      }
+      const OutMat out = TgmmOut(v, g);
+      void* o = out.Row(i);
+      for (int64_t j = 0; j < v.n; ++j) StoreDouble(o, out.bf16, j, acc[j]);
+    });
+    return Finish(status, msg, cap);
+  });
+}
+
+}  // namespace
+
+extern const kreg_kernel kGmmReferenceKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "gmm",
+    .variant = "reference",
+    .version = 1,
+    .doc = "plain loops in double, rounded once: the oracle",
+    .flags = KREG_KERNEL_REFERENCE,
+    .run = GmmRun,
+};
+
+extern const kreg_kernel kTgmmReferenceKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "tgmm",
+    .variant = "reference",
+    .version = 1,
+    .doc = "plain loops in double, rounded once: the oracle",
+    .flags = KREG_KERNEL_REFERENCE,
+    .run = TgmmRun,
+};
+
+}  // namespace kreg::gmm
