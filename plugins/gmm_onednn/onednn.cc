@@ -1,0 +1,665 @@
+// Plugin "gmm_onednn": kernels gmm/onednn and tgmm/onednn of the ops that
+// plugins/gmm declares (see plugins/gmm/op.cc for tensors, dims and
+// semantics). Kernels only: the gmm plugin must be loaded for the ops.
+//
+// gmm:  per non-empty group g, one oneDNN matmul lhs[rows of g] [rows_g, k]
+//       x rhs[g] [k, n] -> out[rows of g] [rows_g, n] on the CPU engine.
+//       existing_out is copied into out's rows first and added by a post-op
+//       sum; rows past sum(group_sizes) are existing_out's or zeros.
+// tgmm: per non-empty group, lhs[:, rows of g] (a strided [k, rows_g] view,
+//       row stride m) x rhs[rows of g] [rows_g, n] -> out[g]; empty groups
+//       are zero-filled.
+//
+// Primitives are built in prepare (which reads group_sizes: they are data),
+// one per distinct group size, and cached in the kernel's state; run builds
+// any it lacks. Where oneDNN has no primitive writing out's dtype directly,
+// it writes f32 into a scratch buffer that is rounded once into out
+// (existing_out added in float first). Where it has no bf16 matmul at all
+// (oneDNN 2.6 needs AVX-512 for bf16: an AVX2 machine has none), each
+// group's bf16 inputs are widened (exactly) into f32 scratch buffers first.
+//
+// Accuracy, as gmm/tiled: oneDNN accumulates in float, within the op's
+// tolerance for data of sane magnitude but not where products overflow
+// float or huge terms cancel. A pre-pass flags each lhs row and rhs column
+// holding a value above 2^32 in magnitude or a NaN/infinity ("wild"); the
+// outputs reading one are recomputed in double in the reference's order.
+//
+// Threads: Debian 12's oneDNN 2.6 uses OpenMP. When kreg_host.num_threads
+// is > 0 the calling thread's OpenMP team size is set to it around
+// primitive creation and execution (and restored after). With a TBB build
+// of oneDNN the host's arena already bounds it; with a threadpool build it
+// is not honoured. The plugin's own passes run on oneTBB.
+//
+// No exception leaves a plugin function: dnnl::error and everything else is
+// turned into a status with its message.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+
+#if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP && defined(_OPENMP)
+#include <omp.h>
+#define KREG_ONEDNN_OMP 1
+#endif
+
+#include "kreg/plugin_abi.h"
+
+namespace kreg::gmm_onednn {
+namespace {
+
+// Tensor and dim indices, in the order plugins/gmm/op.cc declares them.
+enum GmmTensor { kGmmLhs = 0, kGmmRhs, kGmmGroupSizes, kGmmOut, kGmmExistingOut, kGmmNumTensors };
+enum GmmDim { kGmmM = 0, kGmmK, kGmmN, kGmmGroups, kGmmNumDims };
+enum TgmmTensor { kTgmmLhs = 0, kTgmmRhs, kTgmmGroupSizes, kTgmmOut, kTgmmNumTensors };
+enum TgmmDim { kTgmmK = 0, kTgmmM, kTgmmN, kTgmmGroups, kTgmmNumDims };
+
+enum class Op { kGmm, kTgmm };
+
+kreg_status Fail(kreg_status code, char* msg, size_t cap, const char* text) {
+  std::snprintf(msg, cap, "%s", text);
+  return code;
+}
+
+// ---- Element access (as plugins/gmm/common.h) --------------------------------
+
+bool IsBf16(const DLTensor* t) { return t->dtype.code == kDLBfloat; }
+char* Base(const DLTensor* t) { return static_cast<char*>(t->data) + t->byte_offset; }
+int64_t Stride(const DLTensor* t, int d) {
+  if (t->strides != nullptr) return t->strides[d];
+  int64_t s = 1;
+  for (int i = d + 1; i < t->ndim; ++i) s *= t->shape[i];
+  return s;
+}
+
+float Bf16ToFloat(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+uint16_t FloatToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+// Round-to-odd to float, so that rounding on to bf16 is a single rounding.
+float RoundToOdd(double d) {
+  float f = static_cast<float>(d);
+  if (std::isnan(d) || static_cast<double>(f) == d) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  u |= 1u;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline float LoadAt(const void* row, bool bf16, int64_t i) {
+  return bf16 ? Bf16ToFloat(static_cast<const uint16_t*>(row)[i]) : static_cast<const float*>(row)[i];
+}
+inline const void* Advance(const void* p, bool bf16, int64_t i) {
+  return static_cast<const char*>(p) + i * (bf16 ? 2 : 4);
+}
+inline void* Advance(void* p, bool bf16, int64_t i) { return static_cast<char*>(p) + i * (bf16 ? 2 : 4); }
+inline void StoreFloat(void* row, bool bf16, int64_t i, float v) {
+  if (bf16) {
+    static_cast<uint16_t*>(row)[i] = FloatToBf16(v);
+  } else {
+    static_cast<float*>(row)[i] = v;
+  }
+}
+inline void StoreDouble(void* row, bool bf16, int64_t i, double v) {
+  if (bf16) {
+    static_cast<uint16_t*>(row)[i] = FloatToBf16(RoundToOdd(v));
+  } else {
+    static_cast<float*>(row)[i] = static_cast<float>(v);
+  }
+}
+
+struct Mat {
+  const void* p = nullptr;
+  int64_t ld = 0;
+  bool bf16 = false;
+  const void* Row(int64_t i) const { return Advance(p, bf16, i * ld); }
+  float At(int64_t i, int64_t j) const { return LoadAt(Row(i), bf16, j); }
+};
+struct OutMat {
+  void* p = nullptr;
+  int64_t ld = 0;
+  bool bf16 = false;
+  void* Row(int64_t i) const { return Advance(p, bf16, i * ld); }
+};
+
+// One call, viewed. gmm: lhs [m, k], rhs [groups, k, n], out [m, n];
+// tgmm: lhs [k, m], rhs [m, n], out [groups, k, n]. m is the grouped dim.
+struct View {
+  Op op = Op::kGmm;
+  int64_t m = 0, k = 0, n = 0, groups = 0;
+  const DLTensor* lhs = nullptr;
+  const DLTensor* rhs = nullptr;
+  const DLTensor* group_sizes = nullptr;
+  const DLTensor* existing = nullptr;
+  DLTensor* out = nullptr;
+  bool in_bf16 = false, out_bf16 = false;
+
+  int32_t GroupSize(int64_t g) const {
+    return reinterpret_cast<const int32_t*>(Base(group_sizes))[g * Stride(group_sizes, 0)];
+  }
+  Mat Lhs() const { return {Base(lhs), Stride(lhs, 0), in_bf16}; }
+  // gmm: rhs[g]; tgmm: rhs (g ignored).
+  Mat Rhs(int64_t g) const {
+    if (op == Op::kTgmm) return {Base(rhs), Stride(rhs, 0), in_bf16};
+    return {Advance(Base(rhs), in_bf16, g * Stride(rhs, 0)), Stride(rhs, 1), in_bf16};
+  }
+  Mat Existing() const { return {Base(existing), Stride(existing, 0), out_bf16}; }
+  // gmm: out; tgmm: out[g].
+  OutMat Out(int64_t g) const {
+    if (op == Op::kGmm) return {Base(out), Stride(out, 0), out_bf16};
+    return {Advance(Base(out), out_bf16, g * Stride(out, 0)), Stride(out, 1), out_bf16};
+  }
+};
+
+bool ViewArgs(Op op, const kreg_args* args, View* v, char* msg, size_t cap) {
+  const size_t num_tensors = op == Op::kGmm ? size_t{kGmmNumTensors} : size_t{kTgmmNumTensors};
+  if (args == nullptr || args->struct_size < KREG_ARGS_MIN_SIZE || args->num_tensors < num_tensors ||
+      args->num_dims < 4 || args->tensors == nullptr || args->dims == nullptr || args->tensors[0] == nullptr ||
+      args->tensors[1] == nullptr || args->tensors[2] == nullptr || args->tensors[3] == nullptr) {
+    std::snprintf(msg, cap, "args are not those of op %s", op == Op::kGmm ? "gmm" : "tgmm");
+    return false;
+  }
+  v->op = op;
+  if (op == Op::kGmm) {
+    v->m = args->dims[kGmmM];
+    v->k = args->dims[kGmmK];
+    v->n = args->dims[kGmmN];
+    v->groups = args->dims[kGmmGroups];
+    v->existing = args->tensors[kGmmExistingOut];
+  } else {
+    v->m = args->dims[kTgmmM];
+    v->k = args->dims[kTgmmK];
+    v->n = args->dims[kTgmmN];
+    v->groups = args->dims[kTgmmGroups];
+  }
+  // Same tensor positions for both ops: lhs, rhs, group_sizes, out.
+  v->lhs = args->tensors[0];
+  v->rhs = args->tensors[1];
+  v->group_sizes = args->tensors[2];
+  v->out = args->tensors[3];
+  v->in_bf16 = IsBf16(v->lhs);
+  v->out_bf16 = IsBf16(v->out);
+  return true;
+}
+
+std::vector<int64_t> GroupStarts(const View& v) {
+  std::vector<int64_t> starts(v.groups + 1, 0);
+  for (int64_t g = 0; g < v.groups; ++g) starts[g + 1] = starts[g] + v.GroupSize(g);
+  return starts;
+}
+
+kreg_status CheckCpu(const kreg_args* args, const kreg_host* host, char* msg, size_t cap) {
+  if (host != nullptr && KREG_HAS_FIELD(host, kreg_host, device) && host->device != nullptr) {
+    return Fail(KREG_UNIMPLEMENTED, msg, cap, "CPU kernel: host has a device backend");
+  }
+  for (size_t i = 0; i < args->num_tensors; ++i) {
+    if (args->tensors[i] != nullptr && args->tensors[i]->device.device_type != kDLCPU) {
+      return Fail(KREG_UNIMPLEMENTED, msg, cap, "CPU kernel: a tensor is not on the CPU");
+    }
+  }
+  return KREG_OK;
+}
+
+bool Cancelled(const kreg_host* host) {
+  return host != nullptr && KREG_HAS_FIELD(host, kreg_host, cancelled) && host->cancelled != nullptr &&
+         host->cancelled(host->ctx) != 0;
+}
+
+template <typename Fn>
+kreg_status ParallelFor(int64_t count, const kreg_host* host, Fn&& fn, int64_t grain = 1) {
+  if (count <= 0) return KREG_OK;
+  std::atomic<bool> stop{false};
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, grain), [&](const tbb::blocked_range<int64_t>& range) {
+    if (stop.load(std::memory_order_relaxed)) return;
+    if (Cancelled(host)) {
+      stop = true;
+      return;
+    }
+    for (int64_t i = range.begin(); i != range.end(); ++i) fn(i);
+  });
+  return stop ? KREG_CANCELLED : KREG_OK;
+}
+
+template <typename Body>
+kreg_status Guarded(char* msg, size_t cap, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const dnnl::error& e) {
+    std::snprintf(msg, cap, "oneDNN: %s (status %d)", e.what(), static_cast<int>(e.status));
+    return e.status == dnnl_out_of_memory ? KREG_RESOURCE_EXHAUSTED : KREG_INTERNAL;
+  } catch (const std::bad_alloc&) {
+    return Fail(KREG_RESOURCE_EXHAUSTED, msg, cap, "out of memory");
+  } catch (const std::exception& e) {
+    return Fail(KREG_INTERNAL, msg, cap, e.what());
+  } catch (...) {
+    return Fail(KREG_INTERNAL, msg, cap, "unknown exception");
+  }
+}
+
+kreg_status Finish(kreg_status status, char* msg, size_t cap) {
+  return status == KREG_OK ? KREG_OK : Fail(status, msg, cap, "cancelled");
+}
+
+// Sets the calling thread's OpenMP team size (oneDNN's) to the host's
+// thread count for the scope; restores it after.
+class ThreadScope {
+ public:
+  explicit ThreadScope(const kreg_host* host) {
+#ifdef KREG_ONEDNN_OMP
+    if (host != nullptr && host->num_threads > 0) {
+      saved_ = omp_get_max_threads();
+      omp_set_num_threads(host->num_threads);
+    }
+#else
+    (void)host;
+#endif
+  }
+  ~ThreadScope() {
+#ifdef KREG_ONEDNN_OMP
+    if (saved_ > 0) omp_set_num_threads(saved_);
+#endif
+  }
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  [[maybe_unused]] int saved_ = 0;
+};
+
+// ---- Wild values ----------------------------------------------------------------
+
+inline bool Wild(float x) { return !(std::fabs(x) <= 0x1p32f); }
+
+// Whether any of row[begin, end) is wild (a branch-free reduction).
+bool AnyWild(const void* row, bool bf16, int64_t begin, int64_t end) {
+  bool wild = false;
+  if (bf16) {
+    const uint16_t* p = static_cast<const uint16_t*>(row);
+    // |x| > 2^32 or NaN/inf  <=>  (bits & 0x7fff) > bf16(2^32) = 0x4f80.
+    for (int64_t j = begin; j < end; ++j) wild |= (p[j] & 0x7fffu) > 0x4f80u;
+  } else {
+    const uint32_t* p = static_cast<const uint32_t*>(row);
+    for (int64_t j = begin; j < end; ++j) wild |= (p[j] & 0x7fffffffu) > 0x4f800000u;
+  }
+  return wild;
+}
+void OrWild(uint8_t* flags, const void* row, bool bf16, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) flags[j] |= static_cast<uint8_t>(Wild(LoadAt(row, bf16, j)));
+}
+
+// The reference's sums, in double, in its order.
+double GmmDot(const Mat& lhs, int64_t row, const Mat& rhs, int64_t col, int64_t k) {
+  const void* a = lhs.Row(row);
+  double acc = 0.0;
+  for (int64_t p = 0; p < k; ++p) acc += static_cast<double>(LoadAt(a, lhs.bf16, p)) * rhs.At(p, col);
+  return acc;
+}
+double TgmmDot(const Mat& lhs, int64_t i, const Mat& rhs, int64_t col, int64_t r0, int64_t r1) {
+  const void* a = lhs.Row(i);
+  double acc = 0.0;
+  for (int64_t r = r0; r < r1; ++r) acc += static_cast<double>(LoadAt(a, lhs.bf16, r)) * rhs.At(r, col);
+  return acc;
+}
+
+// ---- Primitives and state -----------------------------------------------------------
+
+using dnnl::memory;
+
+memory::data_type Dt(bool bf16) { return bf16 ? memory::data_type::bf16 : memory::data_type::f32; }
+
+struct Prim {
+  dnnl::matmul matmul;
+  memory::desc src, wei, dst;
+};
+
+// Per problem: the engine, a stream, one matmul per distinct group size,
+// and (when oneDNN cannot write out's dtype) a float scratch buffer.
+struct State {
+  Op op;
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  bool direct = true;  // dst is out itself (else: f32 scratch, rounded by us)
+  bool widen = false;  // bf16 inputs widened to f32 scratch (lhs_buf, rhs_buf)
+  bool sum = false;    // gmm with existing_out: post-op sum into out
+  std::map<int64_t, Prim> prims;  // by the group's row count
+  std::vector<float> scratch, lhs_buf, rhs_buf;
+
+  explicit State(Op o) : op(o) {}
+
+  // The matmul for a group of `rows` rows.
+  const Prim& Get(const View& v, int64_t rows) {
+    auto it = prims.find(rows);
+    if (it != prims.end()) return it->second;
+    const memory::data_type in = widen ? memory::data_type::f32 : Dt(v.in_bf16);
+    const memory::data_type out = direct ? Dt(v.out_bf16) : memory::data_type::f32;
+    Prim p;
+    if (v.op == Op::kGmm) {
+      p.src = memory::desc({rows, v.k}, in, memory::dims{widen ? v.k : Stride(v.lhs, 0), 1});
+      p.wei = memory::desc({v.k, v.n}, in, memory::dims{widen ? v.n : Stride(v.rhs, 1), 1});
+      p.dst = direct ? memory::desc({rows, v.n}, out, memory::dims{Stride(v.out, 0), 1})
+                     : memory::desc({rows, v.n}, out, memory::dims{v.n, 1});
+    } else {
+      p.src = memory::desc({v.k, rows}, in, memory::dims{widen ? rows : Stride(v.lhs, 0), 1});
+      p.wei = memory::desc({rows, v.n}, in, memory::dims{widen ? v.n : Stride(v.rhs, 0), 1});
+      p.dst = direct ? memory::desc({v.k, v.n}, out, memory::dims{Stride(v.out, 1), 1})
+                     : memory::desc({v.k, v.n}, out, memory::dims{v.n, 1});
+    }
+    dnnl::primitive_attr attr;
+    if (sum) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.src, p.wei, p.dst), attr, engine);
+    p.matmul = dnnl::matmul(pd);
+    return prims.emplace(rows, std::move(p)).first->second;
+  }
+};
+
+// Group sizes with rows and work (k, n > 0 for gmm; k, n > 0 for tgmm).
+bool HasWork(const View& v) { return v.k > 0 && v.n > 0; }
+
+std::unique_ptr<State> Build(Op op, const View& v) {
+  auto state = std::make_unique<State>(op);
+  state->sum = op == Op::kGmm && v.existing != nullptr;
+  if (!HasWork(v)) return state;
+  int64_t max_rows = 0;
+  std::vector<int64_t> sizes;
+  for (int64_t g = 0; g < v.groups; ++g) {
+    const int64_t rows = v.GroupSize(g);
+    if (rows > 0) sizes.push_back(rows);
+    max_rows = std::max(max_rows, rows);
+  }
+  if (sizes.empty()) return state;
+  // The first of: native inputs into out's dtype; native inputs into f32
+  // scratch; (bf16 only) widened inputs into out's dtype; into f32 scratch.
+  const bool sum = state->sum;
+  for (int attempt = 0;; ++attempt) {
+    state->widen = attempt >= 2;
+    state->direct = attempt % 2 == 0;
+    state->sum = sum && state->direct;
+    state->prims.clear();
+    try {
+      state->Get(v, sizes[0]);
+      break;
+    } catch (const dnnl::error& e) {
+      if (e.status != dnnl_unimplemented || attempt == (v.in_bf16 ? 3 : 1)) throw;
+    }
+  }
+  for (int64_t rows : sizes) state->Get(v, rows);
+  if (!state->direct) {
+    state->scratch.resize(static_cast<size_t>((op == Op::kGmm ? max_rows : v.k) * v.n));
+  }
+  if (state->widen) {
+    state->lhs_buf.resize(static_cast<size_t>(max_rows * v.k));
+    state->rhs_buf.resize(static_cast<size_t>((op == Op::kGmm ? v.k : max_rows) * v.n));
+  }
+  return state;
+}
+
+// Widens rows x cols of `src` (bf16) into the compact f32 buffer `dst`.
+kreg_status Widen(const Mat& src, int64_t rows, int64_t cols, float* dst, const kreg_host* host) {
+  return ParallelFor(rows, host, [&](int64_t i) {
+    const uint16_t* p = static_cast<const uint16_t*>(src.Row(i));
+    for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = Bf16ToFloat(p[j]);
+  }, 16);
+}
+
+void Execute(State& s, const Prim& p, const void* src, const void* wei, void* dst) {
+  memory src_mem(p.src, s.engine, const_cast<void*>(src));
+  memory wei_mem(p.wei, s.engine, const_cast<void*>(wei));
+  memory dst_mem(p.dst, s.engine, dst);
+  p.matmul.execute(s.stream, {{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, wei_mem}, {DNNL_ARG_DST, dst_mem}});
+  s.stream.wait();
+}
+
+// ---- Kernel entry points -------------------------------------------------------
+
+template <Op kOp>
+kreg_status Check(const kreg_config*, const kreg_args* args, const kreg_host* host, char* msg, size_t cap) {
+  return Guarded(msg, cap, [&]() -> kreg_status {
+    View v;
+    if (!ViewArgs(kOp, args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
+    return CheckCpu(args, host, msg, cap);
+  });
+}
+
+template <Op kOp>
+kreg_status Prepare(const kreg_config*, const kreg_args* args, const kreg_host* host, void** state, char* msg,
+                    size_t cap) {
+  return Guarded(msg, cap, [&]() -> kreg_status {
+    View v;
+    if (!ViewArgs(kOp, args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
+    if (kreg_status s = CheckCpu(args, host, msg, cap); s != KREG_OK) return s;
+    ThreadScope threads(host);
+    *state = Build(kOp, v).release();
+    return KREG_OK;
+  });
+}
+
+void Release(void* state) { delete static_cast<State*>(state); }
+
+kreg_status GmmRun(const View& v, State& s, const kreg_host* host) {
+  const std::vector<int64_t> starts = GroupStarts(v);
+  const int64_t total = HasWork(v) ? starts[v.groups] : 0;  // rows the matmuls write
+  const Mat lhs = v.Lhs();
+  const OutMat out = v.Out(0);
+  const size_t row_bytes = static_cast<size_t>(v.n) * (v.out_bf16 ? 2 : 4);
+
+  // Rows no matmul writes: existing_out, or zeros. With the post-op sum, the
+  // grouped rows start as existing_out too.
+  const int64_t copy_from = s.sum ? 0 : total;
+  kreg_status status = ParallelFor(v.m - copy_from, host, [&](int64_t i) {
+    const int64_t r = copy_from + i;
+    if (v.existing != nullptr) {
+      std::memmove(out.Row(r), v.Existing().Row(r), row_bytes);
+    } else {
+      std::memset(out.Row(r), 0, row_bytes);
+    }
+  }, 16);
+  if (status != KREG_OK || total == 0) return status;
+
+  // Wild lhs rows; wild rhs columns per non-empty group (a cheap whole-matrix
+  // scan first, columns only where it finds one).
+  std::vector<uint8_t> lhs_wild(total), rhs_row_wild(v.groups * v.k, 0), rhs_any(v.groups, 0), rhs_wild;
+  status = ParallelFor(total, host, [&](int64_t r) { lhs_wild[r] = AnyWild(lhs.Row(r), v.in_bf16, 0, v.k); }, 16);
+  if (status != KREG_OK) return status;
+  status = ParallelFor(v.groups * v.k, host, [&](int64_t gp) {
+    const int64_t g = gp / v.k, p = gp % v.k;
+    if (starts[g + 1] != starts[g]) rhs_row_wild[gp] = AnyWild(v.Rhs(g).Row(p), v.in_bf16, 0, v.n);
+  }, 64);
+  if (status != KREG_OK) return status;
+  for (int64_t g = 0; g < v.groups; ++g) {
+    rhs_any[g] = std::find(&rhs_row_wild[g * v.k], &rhs_row_wild[g * v.k] + v.k, 1) != &rhs_row_wild[g * v.k] + v.k;
+  }
+  if (std::find(rhs_any.begin(), rhs_any.end(), 1) != rhs_any.end()) {
+    rhs_wild.assign(v.groups * v.n, 0);
+    status = ParallelFor(v.groups, host, [&](int64_t g) {
+      if (!rhs_any[g]) return;
+      const Mat rhs = v.Rhs(g);
+      for (int64_t p = 0; p < v.k; ++p) OrWild(&rhs_wild[g * v.n], rhs.Row(p), v.in_bf16, v.n);
+    });
+    if (status != KREG_OK) return status;
+  }
+
+  for (int64_t g = 0; g < v.groups; ++g) {
+    const int64_t r0 = starts[g], rows = starts[g + 1] - r0;
+    if (rows == 0) continue;
+    if (Cancelled(host)) return KREG_CANCELLED;
+    const Mat rhs = v.Rhs(g);
+    const Prim& p = s.Get(v, rows);
+    const void* src = lhs.Row(r0);
+    const void* wei = rhs.p;
+    if (s.widen) {
+      const Mat a = {src, lhs.ld, true};
+      if ((status = Widen(a, rows, v.k, s.lhs_buf.data(), host)) != KREG_OK) return status;
+      if ((status = Widen(rhs, v.k, v.n, s.rhs_buf.data(), host)) != KREG_OK) return status;
+      src = s.lhs_buf.data();
+      wei = s.rhs_buf.data();
+    }
+    {
+      ThreadScope threads(host);
+      Execute(s, p, src, wei, s.direct ? out.Row(r0) : static_cast<void*>(s.scratch.data()));
+    }
+    const uint8_t* col_wild = rhs_any[g] ? &rhs_wild[g * v.n] : nullptr;
+    // Fix-up: wild outputs in double; without direct output, every output.
+    status = ParallelFor(rows, host, [&](int64_t i) {
+      const int64_t r = r0 + i;
+      if (s.direct && !lhs_wild[r] && col_wild == nullptr) return;
+      void* o = out.Row(r);
+      const void* e = v.existing != nullptr ? v.Existing().Row(r) : nullptr;
+      for (int64_t c = 0; c < v.n; ++c) {
+        if (lhs_wild[r] || (col_wild != nullptr && col_wild[c])) {
+          double d = GmmDot(lhs, r, rhs, c, v.k);
+          if (e != nullptr) d += LoadAt(e, v.out_bf16, c);
+          StoreDouble(o, v.out_bf16, c, d);
+        } else if (!s.direct) {
+          float f = s.scratch[i * v.n + c];
+          if (e != nullptr) f += LoadAt(e, v.out_bf16, c);
+          StoreFloat(o, v.out_bf16, c, f);
+        }
+      }
+    });
+    if (status != KREG_OK) return status;
+  }
+  return KREG_OK;
+}
+
+kreg_status TgmmRun(const View& v, State& s, const kreg_host* host) {
+  if (v.k == 0 || v.n == 0) return KREG_OK;
+  const std::vector<int64_t> starts = GroupStarts(v);
+  const Mat lhs = v.Lhs(), rhs = v.Rhs(0);
+  const size_t row_bytes = static_cast<size_t>(v.n) * (v.out_bf16 ? 2 : 4);
+
+  // Wild lhs rows (over each group's columns) and rhs columns (over each
+  // group's rows), per group.
+  std::vector<uint8_t> lhs_wild(v.groups * v.k), rhs_wild(v.groups * v.n, 0);
+  kreg_status status = ParallelFor(v.k, host, [&](int64_t i) {
+    for (int64_t g = 0; g < v.groups; ++g) {
+      lhs_wild[g * v.k + i] = AnyWild(lhs.Row(i), v.in_bf16, starts[g], starts[g + 1]);
+    }
+  });
+  if (status != KREG_OK) return status;
+  status = ParallelFor(v.groups, host, [&](int64_t g) {
+    for (int64_t r = starts[g]; r < starts[g + 1]; ++r) OrWild(&rhs_wild[g * v.n], rhs.Row(r), v.in_bf16, v.n);
+  });
+  if (status != KREG_OK) return status;
+
+  for (int64_t g = 0; g < v.groups; ++g) {
+    const int64_t r0 = starts[g], rows = starts[g + 1] - r0;
+    const OutMat out = v.Out(g);
+    if (Cancelled(host)) return KREG_CANCELLED;
+    if (rows == 0) {
+      for (int64_t i = 0; i < v.k; ++i) std::memset(out.Row(i), 0, row_bytes);
+      continue;
+    }
+    const Prim& p = s.Get(v, rows);
+    const void* src = Advance(lhs.p, v.in_bf16, r0);
+    const void* wei = rhs.Row(r0);
+    if (s.widen) {
+      if ((status = Widen({src, lhs.ld, true}, v.k, rows, s.lhs_buf.data(), host)) != KREG_OK) return status;
+      if ((status = Widen({wei, rhs.ld, true}, rows, v.n, s.rhs_buf.data(), host)) != KREG_OK) return status;
+      src = s.lhs_buf.data();
+      wei = s.rhs_buf.data();
+    }
+    {
+      ThreadScope threads(host);
+      Execute(s, p, src, wei, s.direct ? out.p : static_cast<void*>(s.scratch.data()));
+    }
+    const uint8_t* row_wild = &lhs_wild[g * v.k];
+    const uint8_t* col_wild = &rhs_wild[g * v.n];
+    const bool any_col = std::find(col_wild, col_wild + v.n, 1) != col_wild + v.n;
+    status = ParallelFor(v.k, host, [&](int64_t i) {
+      if (s.direct && !row_wild[i] && !any_col) return;
+      void* o = out.Row(i);
+      for (int64_t c = 0; c < v.n; ++c) {
+        if (row_wild[i] || col_wild[c]) {
+          StoreDouble(o, v.out_bf16, c, TgmmDot(lhs, i, rhs, c, r0, starts[g + 1]));
+        } else if (!s.direct) {
+          StoreFloat(o, v.out_bf16, c, s.scratch[i * v.n + c]);
+        }
+      }
+    });
+    if (status != KREG_OK) return status;
+  }
+  return KREG_OK;
+}
+
+template <Op kOp>
+kreg_status Run(const kreg_config*, const kreg_args* args, void* state, void*, size_t, const kreg_host* host,
+                char* msg, size_t cap) {
+  return Guarded(msg, cap, [&]() -> kreg_status {
+    View v;
+    if (!ViewArgs(kOp, args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
+    if (kreg_status s = CheckCpu(args, host, msg, cap); s != KREG_OK) return s;
+    std::unique_ptr<State> own;
+    State* s = static_cast<State*>(state);
+    if (s == nullptr) {
+      ThreadScope threads(host);
+      own = Build(kOp, v);
+      s = own.get();
+    }
+    const kreg_status status = kOp == Op::kGmm ? GmmRun(v, *s, host) : TgmmRun(v, *s, host);
+    return Finish(status, msg, cap);
+  });
+}
+
+const kreg_kernel kGmmKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "gmm",
+    .variant = "onednn",
+    .version = 1,
+    .doc = "one oneDNN matmul per non-empty group (primitives cached per group size), exact fallback for wild values",
+    .check = Check<Op::kGmm>,
+    .run = Run<Op::kGmm>,
+    .prepare = Prepare<Op::kGmm>,
+    .release = Release,
+};
+
+const kreg_kernel kTgmmKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "tgmm",
+    .variant = "onednn",
+    .version = 1,
+    .doc = "one oneDNN matmul per non-empty group on a strided lhs view, exact fallback for wild values",
+    .check = Check<Op::kTgmm>,
+    .run = Run<Op::kTgmm>,
+    .prepare = Prepare<Op::kTgmm>,
+    .release = Release,
+};
+
+const kreg_kernel* const kKernels[] = {&kGmmKernel, &kTgmmKernel};
+
+const kreg_plugin kPlugin = {
+    .struct_size = sizeof(kreg_plugin),
+    .abi_version = KREG_ABI_VERSION,
+    .name = "gmm_onednn",
+    .version = "0.1",
+    .kernels = kKernels,
+    .num_kernels = sizeof kKernels / sizeof kKernels[0],
+};
+
+}  // namespace
+}  // namespace kreg::gmm_onednn
+
+extern "C" KREG_PLUGIN_EXPORT const kreg_plugin* kreg_plugin_v2(void) { return &kreg::gmm_onednn::kPlugin; }
