@@ -17,5 +17,5 @@ build/example/topk_example --plugin-path "$prefix/lib/kreg/plugins" --db "$prefi
 # alone), listed and run by the installed kreg.
 cmake -S examples/plugin -B build/plugin_example -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build build/plugin_example
-"$prefix/bin/kreg" list --plugin-path build/plugin_example | grep -q "scale/plain"
+"$prefix/bin/kreg" list --plugin-path build/plugin_example | grep "scale/plain" >/dev/null
 "$prefix/bin/kreg" run scale/plain --plugin-path build/plugin_example --dims n=1000,alpha=2 --check
