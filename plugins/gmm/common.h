@@ -207,7 +207,7 @@ inline std::vector<int64_t> GroupStarts(const GroupedView& v) {
 }
 
 // ---- The reference's arithmetic -----------------------------------------------
-// Both are defined in reference.cc, out of line and without ISA attributes:
+// Both are defined in dot.cc, out of line and without ISA attributes:
 // products of f32 values are exact in double, sums run in this order, so the
 // tiled kernels' fallback reproduces the reference bit for bit.
 

@@ -53,94 +53,16 @@
 #define KREG_ONEDNN_OMP 1
 #endif
 
+#include "../gmm/common.h"
 #include "kreg/plugin_abi.h"
 
 namespace kreg::gmm_onednn {
 namespace {
 
-// Tensor and dim indices, in the order plugins/gmm/op.cc declares them.
-enum GmmTensor { kGmmLhs = 0, kGmmRhs, kGmmGroupSizes, kGmmOut, kGmmExistingOut, kGmmNumTensors };
-enum GmmDim { kGmmM = 0, kGmmK, kGmmN, kGmmGroups, kGmmNumDims };
-enum TgmmTensor { kTgmmLhs = 0, kTgmmRhs, kTgmmGroupSizes, kTgmmOut, kTgmmNumTensors };
-enum TgmmDim { kTgmmK = 0, kTgmmM, kTgmmN, kTgmmGroups, kTgmmNumDims };
+// Indices, element access and views are the gmm plugin's own (common.h).
+using namespace kreg::gmm;
 
 enum class Op { kGmm, kTgmm };
-
-kreg_status Fail(kreg_status code, char* msg, size_t cap, const char* text) {
-  std::snprintf(msg, cap, "%s", text);
-  return code;
-}
-
-// ---- Element access (as plugins/gmm/common.h) --------------------------------
-
-bool IsBf16(const DLTensor* t) { return t->dtype.code == kDLBfloat; }
-char* Base(const DLTensor* t) { return static_cast<char*>(t->data) + t->byte_offset; }
-int64_t Stride(const DLTensor* t, int d) {
-  if (t->strides != nullptr) return t->strides[d];
-  int64_t s = 1;
-  for (int i = d + 1; i < t->ndim; ++i) s *= t->shape[i];
-  return s;
-}
-
-float Bf16ToFloat(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-uint16_t FloatToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-// Round-to-odd to float, so that rounding on to bf16 is a single rounding.
-float RoundToOdd(double d) {
-  float f = static_cast<float>(d);
-  if (std::isnan(d) || static_cast<double>(f) == d) return f;
-  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  u |= 1u;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-inline float LoadAt(const void* row, bool bf16, int64_t i) {
-  return bf16 ? Bf16ToFloat(static_cast<const uint16_t*>(row)[i]) : static_cast<const float*>(row)[i];
-}
-inline const void* Advance(const void* p, bool bf16, int64_t i) {
-  return static_cast<const char*>(p) + i * (bf16 ? 2 : 4);
-}
-inline void* Advance(void* p, bool bf16, int64_t i) { return static_cast<char*>(p) + i * (bf16 ? 2 : 4); }
-inline void StoreFloat(void* row, bool bf16, int64_t i, float v) {
-  if (bf16) {
-    static_cast<uint16_t*>(row)[i] = FloatToBf16(v);
-  } else {
-    static_cast<float*>(row)[i] = v;
-  }
-}
-inline void StoreDouble(void* row, bool bf16, int64_t i, double v) {
-  if (bf16) {
-    static_cast<uint16_t*>(row)[i] = FloatToBf16(RoundToOdd(v));
-  } else {
-    static_cast<float*>(row)[i] = static_cast<float>(v);
-  }
-}
-
-struct Mat {
-  const void* p = nullptr;
-  int64_t ld = 0;
-  bool bf16 = false;
-  const void* Row(int64_t i) const { return Advance(p, bf16, i * ld); }
-  float At(int64_t i, int64_t j) const { return LoadAt(Row(i), bf16, j); }
-};
-struct OutMat {
-  void* p = nullptr;
-  int64_t ld = 0;
-  bool bf16 = false;
-  void* Row(int64_t i) const { return Advance(p, bf16, i * ld); }
-};
 
 // One call, viewed. gmm: lhs [m, k], rhs [groups, k, n], out [m, n];
 // tgmm: lhs [k, m], rhs [m, n], out [groups, k, n]. m is the grouped dim.
@@ -307,19 +229,6 @@ void OrWild(uint8_t* flags, const void* row, bool bf16, int64_t n) {
   for (int64_t j = 0; j < n; ++j) flags[j] |= static_cast<uint8_t>(Wild(LoadAt(row, bf16, j)));
 }
 
-// The reference's sums, in double, in its order.
-double GmmDot(const Mat& lhs, int64_t row, const Mat& rhs, int64_t col, int64_t k) {
-  const void* a = lhs.Row(row);
-  double acc = 0.0;
-  for (int64_t p = 0; p < k; ++p) acc += static_cast<double>(LoadAt(a, lhs.bf16, p)) * rhs.At(p, col);
-  return acc;
-}
-double TgmmDot(const Mat& lhs, int64_t i, const Mat& rhs, int64_t col, int64_t r0, int64_t r1) {
-  const void* a = lhs.Row(i);
-  double acc = 0.0;
-  for (int64_t r = r0; r < r1; ++r) acc += static_cast<double>(LoadAt(a, lhs.bf16, r)) * rhs.At(r, col);
-  return acc;
-}
 
 // ---- Primitives and state -----------------------------------------------------------
 
