@@ -9,8 +9,6 @@
 #include "variants.h"
 
 namespace kreg::gmm {
-
-
 namespace {
 
 kreg_status GmmRun(const kreg_config*, const kreg_args* args, void*, void*, size_t, const kreg_host* host, char* msg,
