@@ -130,38 +130,6 @@ std::vector<int64_t> GroupStarts(const View& v) {
   return starts;
 }
 
-kreg_status CheckCpu(const kreg_args* args, const kreg_host* host, char* msg, size_t cap) {
-  if (host != nullptr && KREG_HAS_FIELD(host, kreg_host, device) && host->device != nullptr) {
-    return Fail(KREG_UNIMPLEMENTED, msg, cap, "CPU kernel: host has a device backend");
-  }
-  for (size_t i = 0; i < args->num_tensors; ++i) {
-    if (args->tensors[i] != nullptr && args->tensors[i]->device.device_type != kDLCPU) {
-      return Fail(KREG_UNIMPLEMENTED, msg, cap, "CPU kernel: a tensor is not on the CPU");
-    }
-  }
-  return KREG_OK;
-}
-
-bool Cancelled(const kreg_host* host) {
-  return host != nullptr && KREG_HAS_FIELD(host, kreg_host, cancelled) && host->cancelled != nullptr &&
-         host->cancelled(host->ctx) != 0;
-}
-
-template <typename Fn>
-kreg_status ParallelFor(int64_t count, const kreg_host* host, Fn&& fn, int64_t grain = 1) {
-  if (count <= 0) return KREG_OK;
-  std::atomic<bool> stop{false};
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, grain), [&](const tbb::blocked_range<int64_t>& range) {
-    if (stop.load(std::memory_order_relaxed)) return;
-    if (Cancelled(host)) {
-      stop = true;
-      return;
-    }
-    for (int64_t i = range.begin(); i != range.end(); ++i) fn(i);
-  });
-  return stop ? KREG_CANCELLED : KREG_OK;
-}
-
 template <typename Body>
 kreg_status Guarded(char* msg, size_t cap, Body&& body) noexcept {
   try {
