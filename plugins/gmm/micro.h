@@ -1,20 +1,51 @@
-// The tiled kernels' micro-kernels: acc[i * ldc + j] += sum over p < kt of
-// a(i, p) * b(p, j), for i < mt, j < nt, in float; a and b are f32 or bf16
-// (the same dtype), widened exactly. Every product is taken (no zero is
-// skipped), so NaN and infinities propagate as in a plain matmul.
+// The tiled kernels' micro-kernels (see tiled.cc for the driver).
+//
+// One panel call computes C (+)= A . B for one task's rows and one slice of
+// the reduction:
+//   A  rows x kc, row-major with row stride lda: f32, or bf16 for the pair
+//      kernels (packed by the driver: contiguous, padded, kc even for pairs);
+//   B  `strips` strips of nr columns, each kc x nr (f32), or for the pair
+//      kernels kc/2 x nr pairs (b(2q, j), b(2q + 1, j)) of bf16, zero-padded;
+//   C  float, row stride ldc, at least ceil(rows / mr) * mr rows and
+//      strips * nr columns (the driver pads: blocks are written whole).
+// Every product is taken (no zero skipped), so NaN and infinities propagate
+// as in a plain matmul. Each kernel set is compiled for its ISA alone (its
+// own file, under a target pragma) from one template, micro_impl.h; the host
+// runs a set only on CPUs with its ISA (the `micro` parameter's choice_isa).
 #ifndef KREG_PLUGINS_GMM_MICRO_H_
 #define KREG_PLUGINS_GMM_MICRO_H_
 
 #include <cstdint>
 
-#include "common.h"
-
 namespace kreg::gmm {
 
-// Portable C++ (whatever the compiler's baseline vectorises).
-void MicroGeneric(float* acc, int64_t ldc, const Mat& a, const Mat& b, int64_t mt, int64_t nt, int64_t kt);
-// AVX2 + FMA: 6 x 16 register blocks. Call only where the CPU has both.
-void MicroAvx2(float* acc, int64_t ldc, const Mat& a, const Mat& b, int64_t mt, int64_t nt, int64_t kt);
+struct PanelArgs {
+  int mr = 0;  // rows per register block: 4, 6, 8 or 12 (<= MicroSet::max_mr)
+  const void* a = nullptr;
+  int64_t lda = 0, rows = 0;
+  const void* b = nullptr;
+  int64_t kc = 0, strips = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  bool accumulate = false;  // false: C = A . B; true: C += A . B
+};
+
+struct MicroSet {
+  const char* name;
+  int nr;           // columns per register block (B strip width): 2 vectors
+  int max_mr;       // largest mr whose blocks fit the register file
+  bool bf16_pairs;  // A and B are bf16 (pair dot products); else f32
+  void (*panel)(const PanelArgs& args);
+};
+
+// Portable C++ (what the compiler's baseline vectorises): 6 x 16 at most.
+extern const MicroSet kMicroGeneric;
+// AVX2 + FMA, 8-float vectors: mr x 16 blocks, mr <= 6.
+extern const MicroSet kMicroAvx2;
+// AVX-512 F/BW/VL, 16-float vectors: mr x 32 blocks, mr <= 12.
+extern const MicroSet kMicroAvx512;
+// AVX512_BF16 (vdpbf16ps) on bf16 pairs, f32 accumulators: mr x 32.
+extern const MicroSet kMicroAvx512Bf16;
 
 }  // namespace kreg::gmm
 

@@ -1,24 +1,39 @@
 // gmm/tiled and tgmm/tiled: cache-blocked grouped matmuls on oneTBB.
 //
-// Work is cut into (group, row tile, column tile) tasks, each a tm x tn
-// float accumulator on the stack fed by tk-deep slices of the reduction
-// through a micro-kernel ("generic" C++ or "avx2" intrinsics). Row tiles are
-// cut from each group's first row, so a group may start anywhere and its last
-// tile may be partial; k and n need not divide the tiles. (tgmm: tm tiles
-// the k rows of out[g], tn its n columns, tk the group's rows.)
+// Both ops are a list of products, one per local group: C[M x N] = A[M x K]
+// . B[K x N] (gmm: A = the group's rows of lhs, K = k, B = rhs[g]; tgmm: A =
+// lhs[:, the group's rows], K = the group's size, B = those rows of rhs).
+// Each product is cut into tasks of at most tm rows x tn columns, all of K;
+// the tasks of all groups form one list, largest first, which oneTBB
+// threads take from, so a hot group is spread over every thread and many
+// tiny groups over few: the split follows flops, not groups. A task walks K
+// in slices of tk: it packs the slice of A (contiguous rows, bf16 widened,
+// or bf16 pairs for the pair kernels) and of B (strips of nr columns,
+// zero-padded) into thread-local buffers and runs the micro-kernel panel
+// (micro.h) into a float accumulator, then stores it once (existing_out
+// added, one rounding to out's dtype). A group may start anywhere and its
+// last tile may be partial; k and n need not divide the tiles.
+//
+// Constant weights (gmm, attribute constant_weights=1): prepare packs every
+// local group's rhs once, in the layout the tasks read, and run skips B's
+// packing. The state is valid for any group_sizes, so one prepare serves an
+// inference model's every batch.
 //
 // Accuracy. A float accumulation is within the op's tolerance of the
 // reference's double one for data of sane magnitude, but not where products
 // overflow float, infinities meet overflowed partial sums, or huge terms
-// cancel. So a pre-pass flags each lhs row and rhs column holding a value of
+// cancel. So packing flags each row of A and column of B holding a value of
 // magnitude above 2^32 or a NaN/infinity ("wild"); outputs that read a wild
 // row or column are recomputed in double in the reference's order (exactly
 // the reference's answer). Non-wild products stay below 2^64: nothing
 // overflows, and NaN/infinities never reach the float path. Real data never
 // takes the fallback; the conformance suite's random bit patterns do.
 #include <algorithm>
-#include <cmath>
+#include <cstdint>
+#include <memory>
 #include <vector>
+
+#include <oneapi/tbb/enumerable_thread_specific.h>
 
 #include "common.h"
 #include "micro.h"
@@ -27,63 +42,79 @@
 namespace kreg::gmm {
 namespace {
 
-enum { kParamTm = 0, kParamTn, kParamTk, kParamMicro, kNumParams };
-enum { kMicroGeneric = 0, kMicroAvx2 = 1 };
-constexpr int64_t kMaxTm = 64, kMaxTn = 128;
+// ---- Parameters ------------------------------------------------------------------
 
-const int64_t kTmValues[] = {8, 16, 32, kMaxTm};
-const int64_t kTnValues[] = {16, 32, 64, kMaxTn};
-const int64_t kTkValues[] = {64, 128, 256, 512};
-const char* const kMicroChoices[] = {"generic", "avx2"};
-const uint32_t kMicroIsa[] = {0, KREG_ISA_AVX2 | KREG_ISA_FMA};
+enum { kParamTm = 0, kParamTn, kParamTk, kParamMr, kParamMicro, kNumParams };
+
+const int64_t kTmValues[] = {96, 192, 384, 768};
+const int64_t kTnValues[] = {128, 256, 512};
+const int64_t kTkValues[] = {128, 256, 512};
+const int64_t kMrValues[] = {4, 6, 8, 12};
+const MicroSet* const kMicros[] = {&kMicroGeneric, &kMicroAvx2, &kMicroAvx512, &kMicroAvx512Bf16};
+const char* const kMicroChoices[] = {"generic", "avx2", "avx512", "avx512bf16"};
+constexpr uint32_t kAvx512Isa =
+    KREG_ISA_AVX2 | KREG_ISA_FMA | KREG_ISA_AVX512F | KREG_ISA_AVX512BW | KREG_ISA_AVX512VL | KREG_ISA_AVX512DQ;
+const uint32_t kMicroIsa[] = {0, KREG_ISA_AVX2 | KREG_ISA_FMA, kAvx512Isa, kAvx512Isa | KREG_ISA_AVX512BF16};
+constexpr int kNumMicros = sizeof kMicros / sizeof kMicros[0];
+constexpr int kMicroAvx2Choice = 1;
 
 const kreg_param_desc kTmParam = {
     .struct_size = sizeof(kreg_param_desc),
     .name = "tm",
-    .doc = "rows per tile (gmm: of a group's rows; tgmm: of out[g]'s k rows)",
+    .doc = "rows per task, which share one packed B slice (gmm: of a group's rows; tgmm: of out[g]'s k rows)",
     .kind = KREG_PARAM_INT,
     .values = kTmValues,
     .num_values = 4,
-    .default_value = 32,
+    .default_value = 384,
 };
 const kreg_param_desc kTnParam = {
     .struct_size = sizeof(kreg_param_desc),
     .name = "tn",
-    .doc = "columns per tile",
+    .doc = "columns per task (the width of a packed B panel)",
     .kind = KREG_PARAM_INT,
     .values = kTnValues,
-    .num_values = 4,
-    .default_value = 64,
+    .num_values = 3,
+    .default_value = 256,
 };
 const kreg_param_desc kTkParam = {
     .struct_size = sizeof(kreg_param_desc),
     .name = "tk",
-    .doc = "reduction slice per micro-kernel call (gmm: of k; tgmm: of a group's rows)",
+    .doc = "reduction slice packed at a time (gmm: of k; tgmm: of a group's rows)",
     .kind = KREG_PARAM_INT,
     .values = kTkValues,
-    .num_values = 4,
+    .num_values = 3,
     .default_value = 256,
+};
+const kreg_param_desc kMrParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "mr",
+    .doc = "rows of the micro-kernel's register block (8 and 12 need an avx512 micro-kernel)",
+    .kind = KREG_PARAM_INT,
+    .values = kMrValues,
+    .num_values = 4,
+    .default_value = 6,
 };
 const kreg_param_desc kMicroParam = {
     .struct_size = sizeof(kreg_param_desc),
     .name = "micro",
-    .doc = "micro-kernel: portable C++ or AVX2+FMA intrinsics",
+    .doc = "micro-kernel: portable C++, AVX2+FMA, AVX-512 f32, or AVX512_BF16 pair dot products (bf16 inputs)",
     .kind = KREG_PARAM_CHOICE,
     .choices = kMicroChoices,
-    .num_choices = 2,
-    .default_value = kMicroAvx2,
+    .num_choices = kNumMicros,
+    .default_value = kMicroAvx2Choice,
     .choice_isa = kMicroIsa,
 };
-const kreg_param_desc* const kParams[] = {&kTmParam, &kTnParam, &kTkParam, &kMicroParam};
+const kreg_param_desc* const kParams[] = {&kTmParam, &kTnParam, &kTkParam, &kMrParam, &kMicroParam};
 
 struct Tiling {
   int64_t tm = 0, tn = 0, tk = 0;
-  bool avx2 = false;
+  int mr = 0;
+  const MicroSet* micro = nullptr;
 };
 
-kreg_status ReadConfig(const kreg_config* config, Tiling* t, char* msg, size_t cap) {
+kreg_status ReadConfig(const kreg_config* config, bool bf16_inputs, Tiling* t, char* msg, size_t cap) {
   if (config == nullptr || config->num_values < kNumParams || config->values == nullptr) {
-    return Fail(KREG_INVALID_ARGUMENT, msg, cap, "tiled: expected 4 parameter values (tm, tn, tk, micro)");
+    return Fail(KREG_INVALID_ARGUMENT, msg, cap, "tiled: expected 5 parameter values (tm, tn, tk, mr, micro)");
   }
   for (int i = 0; i < kNumParams; ++i) {
     if (config->values[i] == nullptr) return Fail(KREG_INVALID_ARGUMENT, msg, cap, "tiled: a parameter value is NULL");
@@ -91,123 +122,443 @@ kreg_status ReadConfig(const kreg_config* config, Tiling* t, char* msg, size_t c
   t->tm = config->values[kParamTm]->value;
   t->tn = config->values[kParamTn]->value;
   t->tk = config->values[kParamTk]->value;
+  const int64_t mr = config->values[kParamMr]->value;
   const int64_t micro = config->values[kParamMicro]->value;
-  if (t->tm < 1 || t->tm > kMaxTm || t->tn < 1 || t->tn > kMaxTn || t->tk < 1 ||
-      (micro != kMicroGeneric && micro != kMicroAvx2)) {
-    std::snprintf(msg, cap, "tiled: illegal config tm=%lld tn=%lld tk=%lld micro=%lld", static_cast<long long>(t->tm),
-                  static_cast<long long>(t->tn), static_cast<long long>(t->tk), static_cast<long long>(micro));
+  if (micro < 0 || micro >= kNumMicros || t->tm < 1 || t->tm > 4096 || t->tn < 1 || t->tn > 4096 || t->tk < 2 ||
+      t->tk > 4096 || t->tk % 2 != 0 || (mr != 4 && mr != 6 && mr != 8 && mr != 12)) {
+    std::snprintf(msg, cap, "tiled: illegal config tm=%lld tn=%lld tk=%lld mr=%lld micro=%lld",
+                  static_cast<long long>(t->tm), static_cast<long long>(t->tn), static_cast<long long>(t->tk),
+                  static_cast<long long>(mr), static_cast<long long>(micro));
     return KREG_INVALID_ARGUMENT;
   }
-  t->avx2 = micro == kMicroAvx2;
+  t->micro = kMicros[micro];
+  t->mr = static_cast<int>(mr);
+  if (t->mr > t->micro->max_mr) {
+    std::snprintf(msg, cap, "tiled: mr=%d does not fit micro=%s's registers (at most %d rows)", t->mr,
+                  t->micro->name, t->micro->max_mr);
+    return KREG_INVALID_ARGUMENT;
+  }
+  if (t->tn % t->micro->nr != 0) {
+    std::snprintf(msg, cap, "tiled: tn=%lld is not a multiple of micro=%s's %d columns", static_cast<long long>(t->tn),
+                  t->micro->name, t->micro->nr);
+    return KREG_INVALID_ARGUMENT;
+  }
+  if (t->micro->bf16_pairs && !bf16_inputs) {
+    std::snprintf(msg, cap, "tiled: micro=%s takes bf16 inputs only", t->micro->name);
+    return KREG_INVALID_ARGUMENT;
+  }
   return KREG_OK;
 }
 
-using MicroFn = void (*)(float*, int64_t, const Mat&, const Mat&, int64_t, int64_t, int64_t);
+// ---- Products and packing ---------------------------------------------------------
 
-// Above this magnitude (or NaN/infinite) a value is "wild": see the top.
-inline bool Wild(float x) { return !(std::fabs(x) <= 0x1p32f); }
-
-inline bool AnyWild(const void* row, bool bf16, int64_t begin, int64_t end) {
-  bool wild = false;
-  for (int64_t j = begin; j < end; ++j) wild |= Wild(LoadAt(row, bf16, j));
-  return wild;
-}
-
-// ORs into flags[j] whether element j of the row is wild, j < n.
-inline void OrWild(uint8_t* flags, const void* row, bool bf16, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) flags[j] |= static_cast<uint8_t>(Wild(LoadAt(row, bf16, j)));
-}
-
-struct Tile {
-  int64_t g, r0, r1, c0, c1;  // group, rows [r0, r1), columns [c0, c1) of the output
+// A matrix of f32 or bf16: element (r, c) at p + r * ld + c, or, transposed,
+// at p + c * ld + r.
+struct Src {
+  const void* p = nullptr;
+  int64_t ld = 0;
+  bool bf16 = false, trans = false;
+  float At(int64_t r, int64_t c) const { return LoadAt(p, bf16, trans ? c * ld + r : r * ld + c); }
 };
 
+// One group's C[rows x n] = A[rows x depth] . B[depth x n].
+struct Product {
+  int64_t rows = 0, depth = 0;
+  Src a, b;
+  int64_t local = 0;  // local group index (prepacked weights)
+  int64_t first = 0;  // gmm: first output row; tgmm: unused
+};
+
+// Wild: NaN, infinite, or of magnitude above 2^32 (see the top). On bits, so
+// the loops vectorise.
+inline int32_t WildBits(uint32_t f32) { return static_cast<int32_t>(f32 & 0x7fffffffu) > 0x4f800000; }
+inline int32_t WildBits(uint16_t bf16) { return static_cast<int32_t>(bf16 & 0x7fffu) > 0x4f80; }
+
+// Rows [i0, i0 + rows) x reduction [p0, p0 + kc) of A into dst (row stride
+// ld): f32 (bf16 widened), or raw bf16 with a zero pad to an even length for
+// the pair kernels. ORs each row's wildness into wild[i].
+void PackA(const Src& a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, bool pairs, void* dst, int64_t ld,
+           uint8_t* wild) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const void* src = Advance(a.p, a.bf16, (i0 + i) * a.ld + p0);
+    int32_t w = 0;
+    if (pairs) {
+      const uint16_t* __restrict s = static_cast<const uint16_t*>(src);
+      uint16_t* __restrict d = static_cast<uint16_t*>(dst) + i * ld;
+      for (int64_t p = 0; p < kc; ++p) {
+        d[p] = s[p];
+        w |= WildBits(s[p]);
+      }
+      if (kc % 2 != 0) d[kc] = 0;
+    } else if (a.bf16) {
+      const uint16_t* __restrict s = static_cast<const uint16_t*>(src);
+      uint32_t* __restrict d = static_cast<uint32_t*>(dst) + i * ld;
+      for (int64_t p = 0; p < kc; ++p) {
+        d[p] = static_cast<uint32_t>(s[p]) << 16;
+        w |= WildBits(s[p]);
+      }
+    } else {
+      const uint32_t* __restrict s = static_cast<const uint32_t*>(src);
+      uint32_t* __restrict d = static_cast<uint32_t*>(dst) + i * ld;
+      for (int64_t p = 0; p < kc; ++p) {
+        d[p] = s[p];
+        w |= WildBits(s[p]);
+      }
+    }
+    wild[i] |= static_cast<uint8_t>(w != 0);
+  }
+}
+
+// Element (r, c) of B as the bits of the packed element type.
+inline uint32_t BitsF32(const Src& b, int64_t r, int64_t c) {
+  const int64_t at = b.trans ? c * b.ld + r : r * b.ld + c;
+  return b.bf16 ? static_cast<uint32_t>(static_cast<const uint16_t*>(b.p)[at]) << 16
+                : static_cast<const uint32_t*>(b.p)[at];
+}
+inline uint16_t BitsBf16(const Src& b, int64_t r, int64_t c) {
+  return static_cast<const uint16_t*>(b.p)[b.trans ? c * b.ld + r : r * b.ld + c];
+}
+
+// Reduction [p0, p0 + kc) x columns [c0, c0 + cols) of B into strips of nr
+// columns, zero-padded: f32, strip s element (p, j) at
+// s * kc * nr + p * nr + j; or bf16 pairs, (q, j, e) at
+// s * kcp * nr + (q * nr + j) * 2 + e with kcp = kc rounded up to even.
+// ORs each column's wildness into wild[j].
+void PackB(const Src& b, int64_t p0, int64_t kc, int64_t c0, int64_t cols, int nr, bool pairs, void* dst,
+           uint8_t* wild) {
+  const int64_t strips = (cols + nr - 1) / nr;
+  if (pairs) {
+    const int64_t kcp = kc + kc % 2;
+    uint16_t* d = static_cast<uint16_t*>(dst);
+    for (int64_t s = 0; s < strips; ++s) {
+      for (int64_t j = 0; j < nr; ++j) {
+        const int64_t c = s * nr + j;
+        bool w = false;
+        for (int64_t p = 0; p < kcp; ++p) {
+          uint16_t x = 0;
+          if (c < cols && p < kc) {
+            x = BitsBf16(b, p0 + p, c0 + c);
+            w |= WildBits(x);
+          }
+          d[s * kcp * nr + ((p / 2) * nr + j) * 2 + p % 2] = x;
+        }
+        if (c < cols) wild[c] |= static_cast<uint8_t>(w);
+      }
+    }
+    return;
+  }
+  uint32_t* d = static_cast<uint32_t*>(dst);
+  if (!b.trans) {
+    // Rows of B are contiguous: row by row (a page each when n is large),
+    // the rows ahead prefetched; wildness gathered in a local array so the
+    // loops vectorise.
+    constexpr int64_t kAhead = 4;
+    const int64_t elem = b.bf16 ? 2 : 4;
+    int32_t w[4096];
+    std::fill(w, w + cols, 0);
+    for (int64_t p = 0; p < kc; ++p) {
+      if (p + kAhead < kc) {
+        const char* ahead = static_cast<const char*>(b.p) + ((p0 + p + kAhead) * b.ld + c0) * elem;
+        for (int64_t off = 0; off < cols * elem; off += 64) __builtin_prefetch(ahead + off);
+      }
+      for (int64_t s = 0; s < strips; ++s) {
+        uint32_t* __restrict out = d + s * kc * nr + p * nr;
+        int32_t* __restrict ws = w + s * nr;
+        const int64_t width = std::min<int64_t>(nr, cols - s * nr);
+        if (b.bf16) {
+          const uint16_t* __restrict in = static_cast<const uint16_t*>(b.p) + (p0 + p) * b.ld + c0 + s * nr;
+          for (int64_t j = 0; j < width; ++j) {
+            out[j] = static_cast<uint32_t>(in[j]) << 16;
+            ws[j] |= WildBits(in[j]);
+          }
+        } else {
+          const uint32_t* __restrict in = static_cast<const uint32_t*>(b.p) + (p0 + p) * b.ld + c0 + s * nr;
+          for (int64_t j = 0; j < width; ++j) {
+            out[j] = in[j];
+            ws[j] |= WildBits(in[j]);
+          }
+        }
+        for (int64_t j = width; j < nr; ++j) out[j] = 0;
+      }
+    }
+    for (int64_t j = 0; j < cols; ++j) wild[j] |= static_cast<uint8_t>(w[j] != 0);
+    return;
+  }
+  // Transposed: each column of B is a contiguous row of the source.
+  for (int64_t s = 0; s < strips; ++s) {
+    for (int64_t j = 0; j < nr; ++j) {
+      const int64_t c = s * nr + j;
+      uint32_t* out = d + s * kc * nr + j;
+      if (c >= cols) {
+        for (int64_t p = 0; p < kc; ++p) out[p * nr] = 0;
+        continue;
+      }
+      bool w = false;
+      for (int64_t p = 0; p < kc; ++p) {
+        const uint32_t x = BitsF32(b, p0 + p, c0 + c);
+        out[p * nr] = x;
+        w |= WildBits(x);
+      }
+      wild[c] |= static_cast<uint8_t>(w);
+    }
+  }
+}
+
+// Packed elements of one B slice of kc rows and one full-width strip set.
+inline int64_t PackedKc(int64_t kc, bool pairs) { return pairs ? kc + kc % 2 : kc; }
+inline int ElemBytes(bool pairs) { return pairs ? 2 : 4; }
+
+// Every local group's rhs packed for one tiling (constant weights).
+struct PackedWeights {
+  Tiling t;
+  int64_t depth = 0, n = 0, n_pad = 0;
+  std::vector<std::unique_ptr<char[]>> groups;  // per local group
+  std::vector<uint8_t> wild;                     // [local group][n]
+
+  // The packed slice [p0, p0 + tk) x strips from column c0 of group g.
+  const void* Slice(int64_t g, int64_t p0, int64_t c0) const {
+    const bool pairs = t.micro->bf16_pairs;
+    const int64_t kc = std::min(t.tk, depth - p0);
+    const int64_t elems = p0 * n_pad + (c0 / t.micro->nr) * PackedKc(kc, pairs) * t.micro->nr;
+    return groups[g].get() + elems * ElemBytes(pairs);
+  }
+};
+
+// Thread-local scratch, grown as needed.
+struct Scratch {
+  std::vector<float> a, b, c;  // float-sized slots; pair kernels use them as bf16
+  std::vector<uint8_t> row_wild, col_wild;
+};
+
+// An exact dot product in double, in the reference's order (products of
+// floats are exact in double; no FMA in this file's baseline code).
+double ExactDot(const Product& pr, int64_t i, int64_t j) {
+  double acc = 0.0;
+  for (int64_t p = 0; p < pr.depth; ++p) {
+    acc += static_cast<double>(pr.a.At(i, p)) * static_cast<double>(pr.b.At(p, j));
+  }
+  return acc;
+}
+
+// Rows of A packed at a time within a task (a multiple of every mr): with a
+// tk slice they stay in L2 beside B's slice.
+constexpr int64_t kBlockRows = 96;
+
+struct Task {
+  int64_t product, r0, rows, c0, cols;
+};
+
+// Runs every product's tasks. store(pr, task, c, ldc, row_wild, col_wild)
+// writes one task's accumulator (rows x cols, row stride ldc) to out.
+template <typename Store>
+kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const Tiling& t, const PackedWeights* packed,
+                        const kreg_host* host, Store&& store) {
+  std::vector<Task> tasks;
+  for (int64_t x = 0; x < static_cast<int64_t>(products.size()); ++x) {
+    for (int64_t r0 = 0; r0 < products[x].rows; r0 += t.tm) {
+      for (int64_t c0 = 0; c0 < n; c0 += t.tn) {
+        tasks.push_back({x, r0, std::min(t.tm, products[x].rows - r0), c0, std::min(t.tn, n - c0)});
+      }
+    }
+  }
+  // Largest first: the hot groups' tasks spread over the threads early.
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const Task& x, const Task& y) {
+    return x.rows * x.cols * products[x.product].depth > y.rows * y.cols * products[y.product].depth;
+  });
+  const MicroSet& micro = *t.micro;
+  const bool pairs = micro.bf16_pairs;
+  const int nr = micro.nr;
+  tbb::enumerable_thread_specific<Scratch> scratch;
+  return ParallelFor(static_cast<int64_t>(tasks.size()), host, [&](int64_t index) {
+    const Task& task = tasks[index];
+    const Product& pr = products[task.product];
+    Scratch& s = scratch.local();
+    const int64_t strips = (task.cols + nr - 1) / nr;
+    const int64_t ldc = strips * nr;
+    const int64_t rows_pad = (task.rows + t.mr - 1) / t.mr * t.mr;
+    const int64_t block = std::min(kBlockRows, task.rows);
+    const int64_t kcp = PackedKc(t.tk, pairs);
+    const int64_t lda = kcp + (pairs ? 32 : 16);  // padded: rows do not alias in L1
+    s.c.resize(rows_pad * ldc);
+    s.a.resize(block * lda);
+    s.b.resize(kcp * ldc);
+    s.row_wild.assign(task.rows, 0);
+    s.col_wild.assign(task.cols, 0);
+    if (pr.depth == 0) std::fill(s.c.begin(), s.c.end(), 0.0f);
+    // Per slice of the reduction: B's slice packed once (it stays in L2),
+    // then every block of the task's rows against it.
+    for (int64_t p0 = 0; p0 < pr.depth; p0 += t.tk) {
+      const int64_t kc = std::min(t.tk, pr.depth - p0);
+      const void* b = s.b.data();
+      if (packed != nullptr) {
+        b = packed->Slice(pr.local, p0, task.c0);
+      } else {
+        PackB(pr.b, p0, kc, task.c0, task.cols, nr, pairs, s.b.data(), s.col_wild.data());
+      }
+      for (int64_t i0 = 0; i0 < task.rows; i0 += block) {
+        const int64_t rows = std::min(block, task.rows - i0);
+        PackA(pr.a, task.r0 + i0, rows, p0, kc, pairs, s.a.data(), lda * (pairs ? 2 : 1), &s.row_wild[i0]);
+        PanelArgs args;
+        args.mr = t.mr;
+        args.a = s.a.data();
+        args.lda = lda * (pairs ? 2 : 1);
+        args.rows = rows;
+        args.b = b;
+        args.kc = PackedKc(kc, pairs);
+        args.strips = strips;
+        args.c = s.c.data() + i0 * ldc;
+        args.ldc = ldc;
+        args.accumulate = p0 > 0;
+        micro.panel(args);
+      }
+    }
+    const uint8_t* col_wild = s.col_wild.data();
+    if (packed != nullptr) col_wild = &packed->wild[pr.local * n + task.c0];
+    store(pr, task, s.c.data(), ldc, s.row_wild.data(), col_wild);
+  });
+}
+
+// Stores a task's rows into out rows `row(i)`; wild outputs recomputed.
+template <typename OutRow, typename ExistingRow>
+void StoreTask(const Product& pr, const Task& task, const float* c, int64_t ldc, const uint8_t* row_wild,
+               const uint8_t* col_wild, bool out_bf16, OutRow&& out_row, ExistingRow&& existing_row) {
+  bool any_col = false;
+  for (int64_t j = 0; j < task.cols; ++j) any_col |= col_wild[j] != 0;
+  for (int64_t i = 0; i < task.rows; ++i) {
+    void* o = Advance(out_row(task.r0 + i), out_bf16, task.c0);
+    const void* e = existing_row(task.r0 + i);
+    if (e != nullptr) e = Advance(e, out_bf16, task.c0);
+    const float* ci = c + i * ldc;
+    if (!row_wild[i] && !any_col) {
+      if (out_bf16) {
+        uint16_t* ob = static_cast<uint16_t*>(o);
+        for (int64_t j = 0; j < task.cols; ++j) ob[j] = FloatToBf16(e ? ci[j] + LoadAt(e, true, j) : ci[j]);
+      } else {
+        float* of = static_cast<float*>(o);
+        if (e == nullptr) {
+          std::memcpy(of, ci, task.cols * sizeof(float));
+        } else {
+          const float* ef = static_cast<const float*>(e);
+          for (int64_t j = 0; j < task.cols; ++j) of[j] = ci[j] + ef[j];
+        }
+      }
+      continue;
+    }
+    for (int64_t j = 0; j < task.cols; ++j) {
+      if (row_wild[i] | col_wild[j]) {
+        double d = ExactDot(pr, task.r0 + i, task.c0 + j);
+        if (e != nullptr) d += LoadAt(e, out_bf16, j);
+        StoreDouble(o, out_bf16, j, d);
+      } else {
+        StoreFloat(o, out_bf16, j, e ? ci[j] + LoadAt(e, out_bf16, j) : ci[j]);
+      }
+    }
+  }
+}
+
 // ---- gmm ---------------------------------------------------------------------------
+
+// The local groups of a call: [offset, offset + count) of group_sizes, rhs
+// indexed from 0.
+struct Locals {
+  int64_t offset = 0, count = 0;
+  bool trans = false;
+};
+Locals GmmLocals(const GroupedView& v) { return {0, v.groups, false}; }
+Locals TgmmLocals(const GroupedView& v) { return {0, v.groups, false}; }
+
+Src GmmRhsSrc(const GroupedView& v, const Locals& l, int64_t local) {
+  return {Advance(Base(v.rhs), v.in_bf16, local * Stride(v.rhs, 0)), Stride(v.rhs, 1), v.in_bf16, l.trans};
+}
+
+bool ConstantWeights(const kreg_args*) { return false; }
 
 kreg_status GmmCheck(const kreg_config* config, const kreg_args* args, const kreg_host* host, char* msg, size_t cap) {
   return Guarded(msg, cap, [&]() -> kreg_status {
     GroupedView v;
     if (!ViewGmm(args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
     Tiling t;
-    if (kreg_status s = ReadConfig(config, &t, msg, cap); s != KREG_OK) return s;
+    if (kreg_status s = ReadConfig(config, v.in_bf16, &t, msg, cap); s != KREG_OK) return s;
     return CheckCpu(args, host, msg, cap);
   });
 }
 
-kreg_status GmmRun(const kreg_config* config, const kreg_args* args, void*, void*, size_t, const kreg_host* host,
-                   char* msg, size_t cap) {
+kreg_status GmmPrepare(const kreg_config* config, const kreg_args* args, const kreg_host* host, void** state,
+                       char* msg, size_t cap) {
+  return Guarded(msg, cap, [&]() -> kreg_status {
+    *state = nullptr;
+    GroupedView v;
+    if (!ViewGmm(args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
+    if (!ConstantWeights(args)) return KREG_OK;
+    auto w = std::make_unique<PackedWeights>();
+    if (kreg_status s = ReadConfig(config, v.in_bf16, &w->t, msg, cap); s != KREG_OK) return s;
+    const Locals l = GmmLocals(v);
+    const int nr = w->t.micro->nr;
+    const bool pairs = w->t.micro->bf16_pairs;
+    w->depth = v.k;
+    w->n = v.n;
+    w->n_pad = (v.n + nr - 1) / nr * nr;
+    w->groups.resize(l.count);
+    w->wild.assign(l.count * v.n, 0);
+    const int64_t elems = PackedKc(v.k, pairs) * w->n_pad;
+    for (auto& g : w->groups) g.reset(new char[std::max<int64_t>(elems, 1) * ElemBytes(pairs)]);
+    // One group per task: its slices and wild flags are that task's alone.
+    kreg_status status = ParallelFor(l.count, host, [&](int64_t g) {
+      for (int64_t p0 = 0; p0 < v.k; p0 += w->t.tk) {
+        PackB(GmmRhsSrc(v, l, g), p0, std::min(w->t.tk, v.k - p0), 0, v.n, nr, pairs,
+              const_cast<void*>(w->Slice(g, p0, 0)), &w->wild[g * v.n]);
+      }
+    });
+    if (status != KREG_OK) return Finish(status, msg, cap);
+    *state = w.release();
+    return KREG_OK;
+  });
+}
+
+void GmmRelease(void* state) { delete static_cast<PackedWeights*>(state); }
+
+kreg_status GmmRun(const kreg_config* config, const kreg_args* args, void* state, void*, size_t,
+                   const kreg_host* host, char* msg, size_t cap) {
   return Guarded(msg, cap, [&]() -> kreg_status {
     GroupedView v;
     if (!ViewGmm(args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
     if (kreg_status s = CheckCpu(args, host, msg, cap); s != KREG_OK) return s;
     Tiling t;
-    if (kreg_status s = ReadConfig(config, &t, msg, cap); s != KREG_OK) return s;
-    const MicroFn micro = t.avx2 ? MicroAvx2 : MicroGeneric;
+    if (kreg_status s = ReadConfig(config, v.in_bf16, &t, msg, cap); s != KREG_OK) return s;
+    const PackedWeights* packed = static_cast<const PackedWeights*>(state);
+    const Locals l = GmmLocals(v);
     const std::vector<int64_t> starts = GroupStarts(v);
-    const int64_t total = starts[v.groups];
     const Mat lhs = GmmLhs(v);
     const OutMat out = GmmOut(v);
-    const bool bf16 = v.in_bf16;
-
-    // Wild lhs rows (of the grouped rows) and rhs columns (per group).
-    std::vector<uint8_t> lhs_wild(total), rhs_wild(v.groups * v.n, 0);
-    kreg_status status =
-        ParallelFor(total, host, [&](int64_t r) { lhs_wild[r] = AnyWild(lhs.Row(r), bf16, 0, v.k); }, 16);
-    if (status != KREG_OK) return Finish(status, msg, cap);
-    status = ParallelFor(v.groups, host, [&](int64_t g) {
-      if (starts[g + 1] == starts[g]) return;
-      const Mat rhs = GmmRhs(v, g);
-      for (int64_t p = 0; p < v.k; ++p) OrWild(&rhs_wild[g * v.n], rhs.Row(p), bf16, v.n);
-    });
-    if (status != KREG_OK) return Finish(status, msg, cap);
-
-    std::vector<Tile> tiles;
-    for (int64_t g = 0; g < v.groups; ++g) {
-      for (int64_t r0 = starts[g]; r0 < starts[g + 1]; r0 += t.tm) {
-        for (int64_t c0 = 0; c0 < v.n; c0 += t.tn) {
-          tiles.push_back({g, r0, std::min(r0 + t.tm, starts[g + 1]), c0, std::min(c0 + t.tn, v.n)});
-        }
-      }
+    std::vector<Product> products;
+    for (int64_t g = l.offset; g < l.offset + l.count; ++g) {
+      Product pr;
+      pr.rows = starts[g + 1] - starts[g];
+      pr.depth = v.k;
+      pr.a = {lhs.Row(starts[g]), lhs.ld, v.in_bf16, false};
+      pr.b = GmmRhsSrc(v, l, g - l.offset);
+      pr.local = g - l.offset;
+      pr.first = starts[g];
+      if (pr.rows > 0) products.push_back(pr);
     }
-    status = ParallelFor(static_cast<int64_t>(tiles.size()), host, [&](int64_t task) {
-      const Tile& tile = tiles[task];
-      const int64_t mt = tile.r1 - tile.r0, nt = tile.c1 - tile.c0;
-      alignas(64) float acc[kMaxTm * kMaxTn];
-      std::fill(acc, acc + mt * nt, 0.0f);
-      const Mat rhs = GmmRhs(v, tile.g);
-      for (int64_t k0 = 0; k0 < v.k; k0 += t.tk) {
-        const Mat a = {Advance(lhs.Row(tile.r0), bf16, k0), lhs.ld, bf16};
-        const Mat b = {Advance(rhs.Row(k0), bf16, tile.c0), rhs.ld, bf16};
-        micro(acc, nt, a, b, mt, nt, std::min(t.tk, v.k - k0));
-      }
-      const uint8_t* col_wild = &rhs_wild[tile.g * v.n];
-      for (int64_t i = 0; i < mt; ++i) {
-        const int64_t r = tile.r0 + i;
-        void* o = out.Row(r);
-        const void* e = v.existing != nullptr ? GmmExisting(v).Row(r) : nullptr;
-        for (int64_t j = 0; j < nt; ++j) {
-          const int64_t c = tile.c0 + j;
-          if (lhs_wild[r] | col_wild[c]) {
-            double d = GmmDot(lhs, r, rhs, c, v.k);
-            if (e != nullptr) d += LoadAt(e, v.out_bf16, c);
-            StoreDouble(o, out.bf16, c, d);
-          } else {
-            float f = acc[i * nt + j];
-            if (e != nullptr) f += LoadAt(e, v.out_bf16, c);
-            StoreFloat(o, out.bf16, c, f);
-          }
-        }
-      }
-    });
+    const Mat existing = v.existing != nullptr ? GmmExisting(v) : Mat{};
+    kreg_status status = RunProducts(
+        products, v.n, t, packed, host,
+        [&](const Product& pr, const Task& task, const float* c, int64_t ldc, const uint8_t* rw, const uint8_t* cw) {
+          StoreTask(
+              pr, task, c, ldc, rw, cw, out.bf16, [&](int64_t i) { return out.Row(pr.first + i); },
+              [&](int64_t i) { return v.existing != nullptr ? existing.Row(pr.first + i) : nullptr; });
+        });
     if (status != KREG_OK) return Finish(status, msg, cap);
 
-    // Rows past the groups: existing_out, or zeros.
-    status = ParallelFor(v.m - total, host, [&](int64_t i) {
-      const int64_t r = total + i;
+    // Rows no local group covers: existing_out, or zeros.
+    const int64_t first = starts[l.offset], last = starts[l.offset + l.count];
+    status = ParallelFor(v.m - (last - first), host, [&](int64_t i) {
+      const int64_t r = i < first ? i : last + (i - first);
       void* o = out.Row(r);
       const size_t bytes = static_cast<size_t>(v.n) * (out.bf16 ? 2 : 4);
       if (v.existing != nullptr) {
-        std::memcpy(o, GmmExisting(v).Row(r), bytes);
+        std::memmove(o, existing.Row(r), bytes);
       } else {
         std::memset(o, 0, bytes);
       }
@@ -224,7 +575,7 @@ kreg_status TgmmCheck(const kreg_config* config, const kreg_args* args, const kr
     GroupedView v;
     if (!ViewTgmm(args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
     Tiling t;
-    if (kreg_status s = ReadConfig(config, &t, msg, cap); s != KREG_OK) return s;
+    if (kreg_status s = ReadConfig(config, v.in_bf16, &t, msg, cap); s != KREG_OK) return s;
     return CheckCpu(args, host, msg, cap);
   });
 }
@@ -236,62 +587,29 @@ kreg_status TgmmRun(const kreg_config* config, const kreg_args* args, void*, voi
     if (!ViewTgmm(args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
     if (kreg_status s = CheckCpu(args, host, msg, cap); s != KREG_OK) return s;
     Tiling t;
-    if (kreg_status s = ReadConfig(config, &t, msg, cap); s != KREG_OK) return s;
-    const MicroFn micro = t.avx2 ? MicroAvx2 : MicroGeneric;
+    if (kreg_status s = ReadConfig(config, v.in_bf16, &t, msg, cap); s != KREG_OK) return s;
+    const Locals l = TgmmLocals(v);
     const std::vector<int64_t> starts = GroupStarts(v);
     const Mat lhs = TgmmLhs(v), rhs = TgmmRhs(v);
-    const bool bf16 = v.in_bf16;
-
-    // Wild lhs rows (over each group's columns) and rhs columns (over each
-    // group's rows), per group.
-    std::vector<uint8_t> lhs_wild(v.groups * v.k), rhs_wild(v.groups * v.n, 0);
-    kreg_status status = ParallelFor(v.k, host, [&](int64_t i) {
-      for (int64_t g = 0; g < v.groups; ++g) {
-        lhs_wild[g * v.k + i] = AnyWild(lhs.Row(i), bf16, starts[g], starts[g + 1]);
-      }
-    });
-    if (status != KREG_OK) return Finish(status, msg, cap);
-    status = ParallelFor(v.groups, host, [&](int64_t g) {
-      for (int64_t r = starts[g]; r < starts[g + 1]; ++r) OrWild(&rhs_wild[g * v.n], rhs.Row(r), bf16, v.n);
-    });
-    if (status != KREG_OK) return Finish(status, msg, cap);
-
-    std::vector<Tile> tiles;
-    for (int64_t g = 0; g < v.groups; ++g) {
-      for (int64_t i0 = 0; i0 < v.k; i0 += t.tm) {
-        for (int64_t c0 = 0; c0 < v.n; c0 += t.tn) {
-          tiles.push_back({g, i0, std::min(i0 + t.tm, v.k), c0, std::min(c0 + t.tn, v.n)});
-        }
-      }
+    std::vector<Product> products;
+    for (int64_t g = l.offset; g < l.offset + l.count; ++g) {
+      Product pr;
+      pr.rows = v.k;
+      pr.depth = starts[g + 1] - starts[g];
+      pr.a = {Advance(lhs.p, v.in_bf16, starts[g]), lhs.ld, v.in_bf16, false};
+      pr.b = {rhs.Row(starts[g]), rhs.ld, v.in_bf16, false};
+      pr.local = g - l.offset;
+      products.push_back(pr);
     }
-    status = ParallelFor(static_cast<int64_t>(tiles.size()), host, [&](int64_t task) {
-      const Tile& tile = tiles[task];
-      const int64_t mt = tile.r1 - tile.r0, nt = tile.c1 - tile.c0;
-      const int64_t begin = starts[tile.g], end = starts[tile.g + 1];
-      alignas(64) float acc[kMaxTm * kMaxTn];
-      std::fill(acc, acc + mt * nt, 0.0f);
-      for (int64_t r0 = begin; r0 < end; r0 += t.tk) {
-        const Mat a = {Advance(lhs.Row(tile.r0), bf16, r0), lhs.ld, bf16};
-        const Mat b = {Advance(rhs.Row(r0), bf16, tile.c0), rhs.ld, bf16};
-        micro(acc, nt, a, b, mt, nt, std::min(t.tk, end - r0));
-      }
-      const OutMat out = TgmmOut(v, tile.g);
-      const uint8_t* row_wild = &lhs_wild[tile.g * v.k];
-      const uint8_t* col_wild = &rhs_wild[tile.g * v.n];
-      for (int64_t i = 0; i < mt; ++i) {
-        const int64_t row = tile.r0 + i;
-        void* o = out.Row(row);
-        for (int64_t j = 0; j < nt; ++j) {
-          const int64_t c = tile.c0 + j;
-          if (row_wild[row] | col_wild[c]) {
-            StoreDouble(o, out.bf16, c, TgmmDot(lhs, row, rhs, c, begin, end));
-          } else {
-            StoreFloat(o, out.bf16, c, acc[i * nt + j]);
-          }
-        }
-      }
-    });
-    return Finish(status, msg, cap);
+    return Finish(RunProducts(products, v.n, t, nullptr, host,
+                              [&](const Product& pr, const Task& task, const float* c, int64_t ldc, const uint8_t* rw,
+                                  const uint8_t* cw) {
+                                const OutMat out = TgmmOut(v, pr.local);
+                                StoreTask(
+                                    pr, task, c, ldc, rw, cw, out.bf16, [&](int64_t i) { return out.Row(i); },
+                                    [](int64_t) -> const void* { return nullptr; });
+                              }),
+                  msg, cap);
   });
 }
 
@@ -301,20 +619,24 @@ extern const kreg_kernel kGmmTiledKernel = {
     .struct_size = sizeof(kreg_kernel),
     .op = "gmm",
     .variant = "tiled",
-    .version = 1,
-    .doc = "(group, row tile, column tile) tasks on oneTBB, float accumulators, generic or AVX2 micro-kernel",
+    .version = 2,
+    .doc = "tm x tn tasks over all groups on oneTBB, largest first; packed A and B slices of tk; register-blocked "
+           "micro-kernel (generic, AVX2, AVX-512, AVX512_BF16); rhs packed once in prepare with constant_weights=1",
     .params = kParams,
     .num_params = kNumParams,
     .check = GmmCheck,
     .run = GmmRun,
+    .prepare = GmmPrepare,
+    .release = GmmRelease,
 };
 
 extern const kreg_kernel kTgmmTiledKernel = {
     .struct_size = sizeof(kreg_kernel),
     .op = "tgmm",
     .variant = "tiled",
-    .version = 1,
-    .doc = "(group, row tile, column tile) tasks on oneTBB, float accumulators, generic or AVX2 micro-kernel",
+    .version = 2,
+    .doc = "tm x tn tasks over all groups on oneTBB, largest first; packed A and B slices of tk; register-blocked "
+           "micro-kernel (generic, AVX2, AVX-512, AVX512_BF16)",
     .params = kParams,
     .num_params = kNumParams,
     .check = TgmmCheck,

@@ -1,0 +1,36 @@
+// AVX2 + FMA micro-kernels (8-float vectors), from micro_impl.h.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "micro.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+
+namespace kreg::gmm {
+namespace {
+
+struct Avx2F32 {
+  using Elem = float;
+  static constexpr int kLanes = 8, kPack = 1, kMaxMr = 6;
+  using Acc = __m256;
+  using A = __m256;
+  using B = __m256;
+  static Acc Zero() { return _mm256_setzero_ps(); }
+  static Acc LoadC(const float* p) { return _mm256_loadu_ps(p); }
+  static void StoreC(float* p, Acc r) { _mm256_storeu_ps(p, r); }
+  static A Bcast(const Elem* row, int64_t q) { return _mm256_broadcast_ss(row + q); }
+  static B LoadB(const Elem* p) { return _mm256_loadu_ps(p); }
+  static Acc Madd(Acc c, A a, B b) { return _mm256_fmadd_ps(a, b, c); }
+};
+
+#include "micro_impl.h"
+
+}  // namespace
+
+const MicroSet kMicroAvx2 = {"avx2", 16, Avx2F32::kMaxMr, false, Panel<Avx2F32>};
+
+}  // namespace kreg::gmm
+
+#pragma GCC pop_options

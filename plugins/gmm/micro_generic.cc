@@ -1,0 +1,41 @@
+// The portable micro-kernels: 8-float "vectors" as plain arrays, which the
+// compiler vectorises for whatever its baseline is.
+#include <cstdint>
+
+#include "micro.h"
+
+namespace kreg::gmm {
+namespace {
+
+struct GenericF32 {
+  using Elem = float;
+  static constexpr int kLanes = 8, kPack = 1, kMaxMr = 6;
+  struct Acc {
+    float v[kLanes];
+  };
+  using A = float;
+  using B = Acc;
+  static Acc Zero() { return Acc{}; }
+  static Acc LoadC(const float* p) {
+    Acc r;
+    for (int l = 0; l < kLanes; ++l) r.v[l] = p[l];
+    return r;
+  }
+  static void StoreC(float* p, const Acc& r) {
+    for (int l = 0; l < kLanes; ++l) p[l] = r.v[l];
+  }
+  static A Bcast(const Elem* row, int64_t q) { return row[q]; }
+  static B LoadB(const Elem* p) { return LoadC(p); }
+  static Acc Madd(Acc c, A a, const B& b) {
+    for (int l = 0; l < kLanes; ++l) c.v[l] += a * b.v[l];
+    return c;
+  }
+};
+
+#include "micro_impl.h"
+
+}  // namespace
+
+const MicroSet kMicroGeneric = {"generic", 16, GenericF32::kMaxMr, false, Panel<GenericF32>};
+
+}  // namespace kreg::gmm

@@ -1,0 +1,69 @@
+// The one template behind every micro-kernel set (see micro.h). Included by
+// each micro_*.cc inside an anonymous namespace, after that file's target
+// pragma and its traits type, so each ISA gets its own copy and no
+// instruction of one ISA leaks into another's code. No include guard: it is
+// meant to be included once per file. Traits V provide:
+//   Elem              the element type of A and B (float, or uint16_t bf16)
+//   kLanes            floats per accumulator vector
+//   kPack             elements of the reduction per step (1, or 2: pairs)
+//   Acc, A, B         vector types; Zero(), LoadC(p), StoreC(p, acc),
+//   Bcast(row, q)     step q of an A row (elements kPack*q ...) broadcast,
+//   LoadB(p)          one vector of a B strip, Madd(acc, a, b) = acc + a.b.
+
+// One mr x (2 * kLanes) block over the whole slice, kept in registers.
+template <class V, int kMr>
+inline void Block(int64_t steps, const typename V::Elem* const* arow, const typename V::Elem* b, float* c,
+                  int64_t ldc, bool accumulate) {
+  constexpr int kNv = 2, kNr = kNv * V::kLanes;
+  typename V::Acc r[kMr][kNv];
+  for (int i = 0; i < kMr; ++i) {
+    for (int v = 0; v < kNv; ++v) r[i][v] = accumulate ? V::LoadC(c + i * ldc + v * V::kLanes) : V::Zero();
+  }
+  for (int64_t q = 0; q < steps; ++q) {
+    typename V::B bv[kNv];
+    for (int v = 0; v < kNv; ++v) bv[v] = V::LoadB(b + (q * kNr + v * V::kLanes) * V::kPack);
+    for (int i = 0; i < kMr; ++i) {
+      const typename V::A x = V::Bcast(arow[i], q);
+      for (int v = 0; v < kNv; ++v) r[i][v] = V::Madd(r[i][v], x, bv[v]);
+    }
+  }
+  for (int i = 0; i < kMr; ++i) {
+    for (int v = 0; v < kNv; ++v) V::StoreC(c + i * ldc + v * V::kLanes, r[i][v]);
+  }
+}
+
+// B strip outermost (it stays in L1 across the rows), then row blocks; rows
+// past the last are read from the last row and written to C's padding.
+template <class V, int kMr>
+void PanelT(const PanelArgs& p) {
+  using Elem = typename V::Elem;
+  constexpr int64_t kNr = 2 * V::kLanes;
+  const Elem* a = static_cast<const Elem*>(p.a);
+  const Elem* b = static_cast<const Elem*>(p.b);
+  const int64_t steps = p.kc / V::kPack;
+  for (int64_t s = 0; s < p.strips; ++s) {
+    const Elem* strip = b + s * p.kc * kNr;
+    for (int64_t i0 = 0; i0 < p.rows; i0 += kMr) {
+      const Elem* arow[kMr];
+      for (int i = 0; i < kMr; ++i) arow[i] = a + (i0 + i < p.rows ? i0 + i : p.rows - 1) * p.lda;
+      Block<V, kMr>(steps, arow, strip, p.c + i0 * p.ldc + s * kNr, p.ldc, p.accumulate);
+    }
+  }
+}
+
+template <class V>
+void Panel(const PanelArgs& p) {
+  if (p.rows <= 0 || p.strips <= 0) return;
+  switch (p.mr) {
+    case 4:
+      return PanelT<V, 4>(p);
+    case 6:
+      return PanelT<V, 6>(p);
+    default:
+      break;
+  }
+  if constexpr (V::kMaxMr >= 12) {
+    if (p.mr == 8) return PanelT<V, 8>(p);
+    if (p.mr == 12) return PanelT<V, 12>(p);
+  }
+}
