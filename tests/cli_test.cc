@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -132,6 +133,17 @@ TEST_P(CliErrorTest, OneClearLineAndItsExitCode) {
   std::ofstream(dir + "/garbage.npy") << "not numpy at all";
   Tensor wrong(DType::kI32, {2, 2});
   ASSERT_TRUE(WriteNpy(dir + "/int.npy", wrong).ok());
+  // gmm's inputs: group sizes, one negative or summing to 10; lhs [8, 4];
+  // rhs [2, 4, 6] in f32 and bf16.
+  Tensor negative(DType::kI32, {3}), ten(DType::kI32, {2});
+  const int32_t negative_sizes[] = {2, -1, 3}, ten_sizes[] = {5, 5};
+  std::memcpy(negative.data(), negative_sizes, sizeof negative_sizes);
+  std::memcpy(ten.data(), ten_sizes, sizeof ten_sizes);
+  ASSERT_TRUE(WriteNpy(dir + "/negative_sizes.npy", negative).ok());
+  ASSERT_TRUE(WriteNpy(dir + "/ten_sizes.npy", ten).ok());
+  ASSERT_TRUE(WriteNpy(dir + "/lhs.npy", Tensor(DType::kF32, {8, 4})).ok());
+  ASSERT_TRUE(WriteNpy(dir + "/rhs.npy", Tensor(DType::kF32, {2, 4, 6})).ok());
+  ASSERT_TRUE(WriteNpy(dir + "/rhs_bf16.npy", Tensor(DType::kBF16, {2, 4, 6})).ok());
   std::string args = GetParam().args;
   for (size_t at; (at = args.find("DIR")) != std::string::npos;) args.replace(at, 3, dir);
   Result r = Kreg(args);
@@ -200,8 +212,62 @@ INSTANTIATE_TEST_SUITE_P(
                  "'input' is not an optional input"},
         BadInput{"dtype_not_allowed", "run topk/sort --dims batch=1,n=10,k=1 --dtype i32", "no tensor whose dtype is a choice takes i32"},
         BadInput{"list_value_not_declared", "run topk/blockwise --dims batch=2,n=100,k=3 --param m_schedule=7",
-                 "7 is not one of 2, 3, 4"}),
+                 "7 is not one of 2, 3, 4"},
+        BadInput{"gmm_negative_group_size",
+                 "run gmm/reference --dims m=8,k=4,n=6 --input group_sizes=DIR/negative_sizes.npy",
+                 "gmm: group_sizes[1]=-1 is negative"},
+        BadInput{"gmm_group_sizes_above_m",
+                 "run gmm/reference --dims m=8,k=4,n=6 --input group_sizes=DIR/ten_sizes.npy",
+                 "gmm: group_sizes[0..1] sum to 10, more than m=8 rows"},
+        BadInput{"tgmm_group_sizes_above_m",
+                 "run tgmm/reference --dims m=8,k=4,n=6 --input group_sizes=DIR/ten_sizes.npy",
+                 "tgmm: group_sizes[0..1] sum to 10, more than m=8 rows"},
+        BadInput{"gmm_group_offset_out_of_range",
+                 "run gmm/reference --dims m=8,k=4,n=6,groups=4,local_groups=2,group_offset=3",
+                 "gmm: group_offset=3 + local_groups=2 exceeds groups=4"},
+        BadInput{"tgmm_local_groups_above_groups", "run tgmm/reference --dims m=8,k=4,n=6,groups=4,local_groups=5",
+                 "tgmm: group_offset=0 + local_groups=5 exceeds groups=4"},
+        BadInput{"gmm_negative_group_offset", "run gmm/reference --dims m=8,k=4,n=6,groups=4,group_offset=-1",
+                 "gmm: attribute group_offset=-1 is outside [0, 2147483647]"},
+        BadInput{"gmm_rhs_not_transposed",
+                 "run gmm/reference --dims m=8,k=4,n=6,groups=2,transpose_rhs=1 --input rhs=DIR/rhs.npy",
+                 "gmm: input 'rhs' has shape [2, 4, 6] but n=6 (rhs is [local_groups,n,k] with transpose_rhs=1)"},
+        BadInput{"gmm_rhs_dtype_not_lhs",
+                 "run gmm/reference --dims groups=2 --input lhs=DIR/lhs.npy --input rhs=DIR/rhs_bf16.npy",
+                 "gmm: input 'rhs' holds bf16 but must have the dtype of 'lhs' (f32)"}),
     [](const ::testing::TestParamInfo<BadInput>& p) { return std::string(p.param.name); });
+
+// gmm's attributes and local_groups go in --dims; local_groups, left out,
+// is groups; an rhs array is read by the layout transpose_rhs selects.
+TEST(CliTest, GmmTakesAttributesAndLocalGroupsInDims) {
+  Result r = Kreg("list --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("local_groups (default groups)"));
+  EXPECT_THAT(r.out, HasSubstr("rhs [local_groups,k,n] (transpose_rhs!=0: [local_groups,n,k])"));
+  r = Kreg("run gmm/reference --dims m=40,k=8,n=6,groups=8,local_groups=3,group_offset=2,transpose_rhs=1 "
+           "--with existing_out --dtype bf16 --reps 1 --warmup 0 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  Json m = Json::parse(r.stdout_text);
+  EXPECT_EQ(m["key"]["dims"], Json::parse(R"({"m":40,"k":8,"n":6,"groups":8,"local_groups":3,"transpose_rhs":1,)"
+                                          R"("group_offset":2})"));
+  EXPECT_EQ(m["key"]["dtype"], "bf16,bf16+existing_out");
+  r = Kreg("run tgmm/reference --dims m=40,k=8,n=6,groups=8 --reps 1 --warmup 0 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  m = Json::parse(r.stdout_text);
+  EXPECT_EQ(m["key"]["dims"], Json::parse(R"({"k":8,"m":40,"n":6,"groups":8,"local_groups":8})"));
+  // rhs [2, 4, 6] read as [local_groups, n, k]: n=4, k=6.
+  const std::string dir = Dir("gmm_rhs");
+  Tensor rhs(DType::kF32, {2, 4, 6});
+  FillRandom(rhs, Dist::kNormal, 1);
+  ASSERT_TRUE(WriteNpy(dir + "/rhs.npy", rhs).ok());
+  r = Kreg("run gmm/reference --dims m=10,groups=3,group_offset=1,transpose_rhs=1 --input rhs=" + dir +
+           "/rhs.npy --save-outputs " + dir + "/out --reps 1 --warmup 0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("m=10,k=6,n=4,groups=3,local_groups=2,transpose_rhs=1,group_offset=1"));
+  absl::StatusOr<Tensor> out = ReadNpy(dir + "/out/out.npy");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->shape(), (std::vector<int64_t>{10, 4}));
+}
 
 TEST(CliTest, ExitsCleanlyAfterCuttingOneRowAcrossThreads) {
   // One long row is split over the thread pool; unloading the plugin at exit

@@ -1,15 +1,21 @@
 // The conformance harness. For every op the build's plugins (and the axpy
-// test plugins) declare, every available kernel other than the op's
-// reference is run at every configuration the tuner would search, on edge
-// cases built from the op's descriptor alone (dims 0, 1, small odd sizes that
-// divide no tile, a mid size; each float distribution, each dtype, each
-// optional input present and absent, each value of a small integer
-// attribute), and checked against the reference through the tuner's own
-// measurement (outputs poisoned, in-out tensors restored, compared with the
-// op's tolerance or bit for bit).
+// and rowsum test plugins) declare, every available kernel other than the
+// op's reference is run at every configuration the tuner would search, on
+// edge cases built from the op's descriptor alone (dims 0, 1, small odd
+// sizes that divide no tile, a mid size, a dim with a default left out or
+// given; each float distribution, each dtype, each optional input present
+// and absent, each value of a small integer attribute, so each of a
+// tensor's shapes), and checked against the reference through the tuner's
+// own measurement (outputs poisoned, in-out tensors restored, compared with
+// the op's tolerance or bit for bit).
 //
 // Then what only one op knows: the topk reference pinned on hand-written
-// rows, and topk inputs chosen to break particular kernels.
+// rows, and topk inputs chosen to break particular kernels; the gmm and
+// tgmm references pinned on hand-written groups, every gmm and tgmm kernel
+// on chosen partitions (empty groups, all empty, m=0, sum below m, one huge
+// group among tiny ones, sizes no tile divides, group offsets, a transposed
+// rhs, existing_out; normal values and every bit pattern), and their
+// validation errors.
 //
 // Run again under KREG_ISA_MASK=fma (tests/CMakeLists.txt): kernels needing
 // AVX2 are skipped, saying so; the portable ones are still checked.
@@ -44,7 +50,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 const Registry& TheRegistry() {
   static const Registry* registry = [] {
     LoadOptions options;
-    options.plugin_paths = {KREG_PLUGIN_DIR, KREG_AXPY_PLUGIN_DIR};
+    options.plugin_paths = {KREG_PLUGIN_DIR, KREG_AXPY_PLUGIN_DIR, KREG_ROWSUM_PLUGIN_DIR};
     options.use_env = false;
     options.use_default_dirs = false;
     absl::StatusOr<std::unique_ptr<Registry>> r = Registry::Load(options);
@@ -166,16 +172,35 @@ void CheckKernel(const Kernel& kernel, const Case& c, Tally& tally, size_t max_c
 
 // ---- Edge cases from an op's descriptor -----------------------------------------
 
+// In an edge shape: a dim left out, to take its default_dim's value.
+constexpr int64_t kLeftOut = -1;
+
+// The largest rank of the op's tensors, in any of their shapes.
+size_t MaxRank(const Op& op) {
+  size_t rank = 1;
+  for (const TensorInfo& t : op.tensors()) rank = std::max({rank, t.shape.size(), t.alt_shape.size()});
+  return rank;
+}
+
 // Dim assignments: all 0, all 1, all 3 / 7 / 33 (odd: they divide no tile),
 // those three rotated over the dims, each dim 0 alone (the rest 7), and a mid
-// size rotated likewise (its largest tensor about 20000 elements). Clamped
-// to each dim's limit, without repeats.
+// size rotated likewise (its largest tensor about 20000 elements). A dim
+// with a default is left out (kLeftOut) but where it is the dim set to 0 and
+// in the rotations. Clamped to each dim's limit, without repeats.
 std::vector<std::vector<int64_t>> EdgeShapes(const Op& op) {
   const size_t nd = op.dims().size();
   std::vector<std::vector<int64_t>> shapes;
   auto add = [&](std::vector<int64_t> s) {
     for (size_t i = 0; i < nd; ++i) s[i] = std::min(s[i], op.dims()[i].max);
     if (std::find(shapes.begin(), shapes.end(), s) == shapes.end()) shapes.push_back(std::move(s));
+  };
+  // Every dim `v`, those with a default left out.
+  auto all = [&](int64_t v) {
+    std::vector<int64_t> s(nd, v);
+    for (size_t i = 0; i < nd; ++i) {
+      if (op.dims()[i].default_dim >= 0) s[i] = kLeftOut;
+    }
+    return s;
   };
   auto rotations = [&](const std::vector<int64_t>& sizes) {
     for (size_t r = 0; r < sizes.size(); ++r) {
@@ -184,18 +209,16 @@ std::vector<std::vector<int64_t>> EdgeShapes(const Op& op) {
       add(s);
     }
   };
-  add(std::vector<int64_t>(nd, 0));
-  add(std::vector<int64_t>(nd, 1));
-  for (int64_t v : {3, 7, 33}) add(std::vector<int64_t>(nd, v));
+  add(all(0));
+  add(all(1));
+  for (int64_t v : {3, 7, 33}) add(all(v));
   rotations({3, 7, 33});
   for (size_t z = 0; z < nd; ++z) {
-    std::vector<int64_t> s(nd, 7);
+    std::vector<int64_t> s = all(7);
     s[z] = 0;
     add(s);
   }
-  size_t rank = 1;
-  for (const TensorInfo& t : op.tensors()) rank = std::max(rank, t.shape.size());
-  const int64_t mid = static_cast<int64_t>(std::pow(20000.0, 1.0 / static_cast<double>(rank))) | 1;
+  const int64_t mid = static_cast<int64_t>(std::pow(20000.0, 1.0 / static_cast<double>(MaxRank(op)))) | 1;
   rotations({mid, (mid / 3) | 1, (mid / 17) | 1});
   return shapes;
 }
@@ -282,7 +305,9 @@ std::vector<Case> EdgeCases(const Op& op) {
       for (const NamedValues& attrs : AttrChoices(op)) {
         auto add = [&](Dist dist, const std::set<std::string>& with) {
           Case c;
-          for (size_t i = 0; i < shape.size(); ++i) c.values.emplace_back(op.dims()[i].name, absl::StrCat(shape[i]));
+          for (size_t i = 0; i < shape.size(); ++i) {
+            if (shape[i] != kLeftOut) c.values.emplace_back(op.dims()[i].name, absl::StrCat(shape[i]));
+          }
           c.values.insert(c.values.end(), attrs.begin(), attrs.end());
           c.options.dtypes = dtypes;
           c.options.dist = dist;
@@ -331,8 +356,8 @@ TEST(ConformanceSuiteTest, EveryOpHasAReferenceAndKernelsToCheck) {
     EXPECT_GT(others, 0u);
     EXPECT_GE(EdgeCases(*op).size(), 20u);
   }
-  EXPECT_THAT(ops, ::testing::IsSupersetOf({"axpy", "topk"}));
-  EXPECT_GE(NonReferenceKernels().size(), 7u);  // 4 topk, axpy/blocked and the two layouts
+  EXPECT_THAT(ops, ::testing::IsSupersetOf({"axpy", "gmm", "rowsum", "tgmm", "topk"}));
+  EXPECT_GE(NonReferenceKernels().size(), 10u);  // 4 topk, axpy/blocked and the two layouts, rowsum, gmm and tgmm
 }
 
 TEST(ConformanceSuiteTest, EdgeCasesAreBuiltFromTheDescriptor) {
@@ -348,6 +373,20 @@ TEST(ConformanceSuiteTest, EdgeCasesAreBuiltFromTheDescriptor) {
   EXPECT_EQ(DtypeChoices(*axpy).size(), 2u);  // x f32 or bf16; out is f32 only
   EXPECT_EQ(AttrChoices(*axpy).size(), 1u);   // alpha is a float: its default
   EXPECT_EQ(OptionalSubsets(*axpy).size(), 1u);
+  // rowsum: dims rows, cols, used (default rows); x's shape follows the
+  // attribute transposed.
+  std::shared_ptr<const Op> rowsum = *TheRegistry().GetOp("rowsum");
+  shapes = EdgeShapes(*rowsum);
+  EXPECT_EQ(shapes[0], (std::vector<int64_t>{0, 0, kLeftOut}));
+  EXPECT_NE(std::find(shapes.begin(), shapes.end(), std::vector<int64_t>{7, 7, 0}), shapes.end());
+  EXPECT_NE(std::find(shapes.begin(), shapes.end(), std::vector<int64_t>{33, 3, 7}), shapes.end());
+  EXPECT_EQ(AttrChoices(*rowsum).size(), 2u);  // transposed 0 and 1: both shapes of x
+  // gmm: transpose_rhs and constant_weights are drawn (both values);
+  // group_offset's range is large, so it keeps its default here and gets
+  // chosen cases below (GroupedMatmulTest).
+  std::shared_ptr<const Op> gmm = *TheRegistry().GetOp("gmm");
+  EXPECT_EQ(AttrChoices(*gmm).size(), 4u);
+  EXPECT_EQ(DtypeChoices(*gmm).size(), 4u);  // lhs f32 or bf16, out f32 or bf16
 }
 
 // The harness's oracle is the tuner's measurement: a kernel computing the
@@ -398,9 +437,7 @@ TEST_P(KernelConformanceTest, EdgeCasesOfItsOpAtEveryConfiguration) {
 TEST_P(KernelConformanceTest, LargerRandomProblemsSampledConfigurations) {
   // Each dim large in turn (the largest tensor about 200000 elements).
   const Op& op = kernel_->op_info();
-  size_t rank = 1;
-  for (const TensorInfo& t : op.tensors()) rank = std::max(rank, t.shape.size());
-  const int64_t big = static_cast<int64_t>(std::pow(200000.0, 1.0 / static_cast<double>(rank))) | 1;
+  const int64_t big = static_cast<int64_t>(std::pow(200000.0, 1.0 / static_cast<double>(MaxRank(op)))) | 1;
   const std::vector<int64_t> sizes = {big, (big / 5) | 1, (big / 50) | 1};
   Tally tally;
   for (size_t r = 0; r < sizes.size(); ++r) {
@@ -425,13 +462,13 @@ INSTANTIATE_TEST_SUITE_P(AllOps, KernelConformanceTest, ::testing::ValuesIn(NonR
 
 // ---- topk: every kernel on chosen inputs ---------------------------------------------
 
-// Runs every available non-reference topk kernel on `c` (seeds 1 and 2);
+// Runs every available non-reference kernel of `op` on `c` (seeds 1 and 2);
 // returns how many (problem, configuration) runs were checked.
-int CheckAllTopK(Case c, size_t max_configs = 0) {
+int CheckAll(const std::string& op, Case c, size_t max_configs = 0) {
   Tally tally;
   for (uint64_t seed : {1, 2}) {
     c.options.seed = seed;
-    for (const auto& kernel : TheRegistry().Kernels("topk")) {
+    for (const auto& kernel : TheRegistry().Kernels(op)) {
       if (kernel->is_reference() || !kernel->available()) continue;
       CheckKernel(*kernel, c, tally, max_configs);
     }
@@ -439,6 +476,8 @@ int CheckAllTopK(Case c, size_t max_configs = 0) {
   EXPECT_EQ(tally.refused, 0);
   return tally.runs;
 }
+
+int CheckAllTopK(Case c, size_t max_configs = 0) { return CheckAll("topk", std::move(c), max_configs); }
 
 NamedValues TopKDims(int64_t batch, int64_t n, int64_t k) {
   return {{"batch", absl::StrCat(batch)}, {"n", absl::StrCat(n)}, {"k", absl::StrCat(k)}};
@@ -793,6 +832,251 @@ TEST(TopKBlockwiseTest, TiesPushedDownKeepTheirColumnOrder) {
       }
     }
   }
+}
+
+// ---- gmm and tgmm: the references pinned -----------------------------------------
+
+Tensor F32(std::vector<int64_t> shape, const std::vector<float>& values) {
+  Tensor t(DType::kF32, std::move(shape));
+  EXPECT_EQ(t.numel(), static_cast<int64_t>(values.size()));
+  std::memcpy(t.data(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+// What the reference of `op` writes into "out" for `values` (dims and
+// attributes by name) and the given inputs (the other dims come from their
+// shapes); empty on failure.
+std::vector<float> ReferenceOut(const std::string& op_name, const NamedValues& values,
+                                std::map<std::string, Tensor> inputs) {
+  std::shared_ptr<const Op> op = *TheRegistry().GetOp(op_name);
+  absl::StatusOr<Values> parsed = op->ParseValues(values);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  if (!parsed.ok()) return {};
+  ProblemOptions options;
+  options.inputs = std::move(inputs);
+  absl::StatusOr<std::unique_ptr<Problem>> problem =
+      Problem::Make(op, TheRegistry().Reference(op_name), *parsed, options);
+  EXPECT_TRUE(problem.ok()) << problem.status();
+  if (!problem.ok()) return {};
+  std::shared_ptr<const Kernel> reference = TheRegistry().Reference(op_name);
+  const absl::Status run = reference->Run(reference->DefaultConfig(), *(*problem)->args());
+  EXPECT_TRUE(run.ok()) << run;
+  return run.ok() ? Elements<float>(*Output(**problem, "out")) : std::vector<float>{};
+}
+
+TEST(GmmReferenceTest, GroupsOffsetsTransposedRhsAndExistingOut) {
+  // m=4, k=2, n=2; groups of 1, 2 and 0 rows: row 3 is past them all.
+  const Tensor lhs = F32({4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  const Tensor sizes = I32({1, 2, 0});
+  // rhs[0] the identity, rhs[1] [[1, 2], [3, 4]], rhs[2] all 2; then each
+  // matrix transposed ([n, k]) for transpose_rhs=1.
+  const Tensor rhs = F32({3, 2, 2}, {1, 0, 0, 1, 1, 2, 3, 4, 2, 2, 2, 2});
+  const Tensor rhs_t = F32({3, 2, 2}, {1, 0, 0, 1, 1, 3, 2, 4, 2, 2, 2, 2});
+  const std::vector<float> all = {1, 2, 15, 22, 23, 34, 0, 0};
+  EXPECT_EQ(ReferenceOut("gmm", {}, {{"lhs", lhs}, {"rhs", rhs}, {"group_sizes", sizes}}), all);
+  EXPECT_EQ(ReferenceOut("gmm", {{"transpose_rhs", "1"}}, {{"lhs", lhs}, {"rhs", rhs_t}, {"group_sizes", sizes}}),
+            all);
+  // Group 1 alone (rhs holds one matrix: local_groups=1 from its shape):
+  // the other rows are 0, or existing_out's.
+  const Tensor rhs1 = F32({1, 2, 2}, {1, 2, 3, 4});
+  const Tensor rhs1_t = F32({1, 2, 2}, {1, 3, 2, 4});
+  const Tensor existing = F32({4, 2}, {10, 10, 10, 10, 10, 10, 10, 10});
+  EXPECT_EQ(ReferenceOut("gmm", {{"group_offset", "1"}}, {{"lhs", lhs}, {"rhs", rhs1}, {"group_sizes", sizes}}),
+            (std::vector<float>{0, 0, 15, 22, 23, 34, 0, 0}));
+  EXPECT_EQ(ReferenceOut("gmm", {{"group_offset", "1"}, {"transpose_rhs", "1"}},
+                         {{"lhs", lhs}, {"rhs", rhs1_t}, {"group_sizes", sizes}, {"existing_out", existing}}),
+            (std::vector<float>{10, 10, 25, 32, 33, 44, 10, 10}));
+  // The last group alone is empty: every row is existing_out's.
+  EXPECT_EQ(ReferenceOut("gmm", {{"group_offset", "2"}},
+                         {{"lhs", lhs}, {"rhs", rhs1}, {"group_sizes", sizes}, {"existing_out", existing}}),
+            (std::vector<float>(8, 10)));
+}
+
+TEST(TgmmReferenceTest, GroupsOffsetsAndEmptyGroups) {
+  // k=2, m=4, n=2; groups of 1, 2 and 0 rows: row 3 is ignored.
+  const Tensor lhs = F32({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  const Tensor rhs = F32({4, 2}, {1, 0, 0, 1, 1, 1, 2, 2});
+  const Tensor sizes = I32({1, 2, 0});
+  EXPECT_EQ(ReferenceOut("tgmm", {}, {{"lhs", lhs}, {"rhs", rhs}, {"group_sizes", sizes}}),
+            (std::vector<float>{1, 0, 5, 0, 3, 5, 7, 13, 0, 0, 0, 0}));
+  EXPECT_EQ(ReferenceOut("tgmm", {{"group_offset", "1"}, {"local_groups", "2"}},
+                         {{"lhs", lhs}, {"rhs", rhs}, {"group_sizes", sizes}}),
+            (std::vector<float>{3, 5, 7, 13, 0, 0, 0, 0}));
+}
+
+// ---- gmm and tgmm: every kernel on chosen partitions ------------------------------
+
+// A grouped-matmul problem: its dims (m the grouped one), group sizes
+// (empty: drawn by `partition` over `groups` groups) and local groups.
+struct GroupedShape {
+  const char* name;
+  int64_t m, k, n;
+  std::vector<int32_t> sizes;
+  int64_t groups = 0;  // with `sizes` empty
+  Partition partition = Partition::kRandom;
+  int64_t group_offset = 0;
+  int64_t local_groups = -1;  // -1: left out (all groups)
+};
+
+std::vector<GroupedShape> GroupedShapes() {
+  std::vector<int32_t> huge_and_tiny = {300};
+  for (int i = 0; i < 31; ++i) huge_and_tiny.push_back(i % 3);  // 0, 1, 2, 0, ...
+  const std::vector<int32_t> eight = {5, 0, 7, 6, 9, 3, 0, 10};  // 40 rows
+  return {
+      {"empty_groups", 12, 5, 3, {0, 5, 0, 0, 7, 0}},
+      {"all_groups_empty", 9, 4, 6, {0, 0, 0, 0}},
+      {"m_zero", 0, 4, 5, {0, 0, 0}},
+      {"no_groups", 6, 3, 4, {}, 0},
+      {"sum_below_m", 20, 7, 9, {3, 4, 2}},
+      {"one_huge_many_tiny", 300 + 31 + 4, 33, 17, huge_and_tiny},
+      {"tiles_do_not_divide", 130, 67, 45, {30, 0, 61, 1, 38}},
+      {"skewed", 200, 16, 24, {}, 16, Partition::kSkewed},
+      {"offset_middle", 40, 9, 11, eight, 0, Partition::kRandom, 2, 3},
+      {"offset_last", 40, 9, 11, eight, 0, Partition::kRandom, 5, 3},
+      {"offset_end_none_local", 40, 9, 11, eight, 0, Partition::kRandom, 8, 0},
+      {"offset_first_sum_below_m", 50, 9, 11, eight, 0, Partition::kRandom, 0, 4},
+  };
+}
+
+// The cases of one shape for op "gmm" or "tgmm": each pairing of input and
+// output dtypes, normal values and every bit pattern (NaN, infinities);
+// for gmm also rhs plain and transposed, without and with existing_out.
+std::vector<Case> GroupedCases(const std::string& op, const GroupedShape& shape) {
+  std::vector<Case> out;
+  const bool gmm = op == "gmm";
+  for (const char* transpose : {"0", "1"}) {
+    if (!gmm && transpose[0] == '1') continue;
+    for (bool existing : {false, true}) {
+      if (!gmm && existing) continue;
+      for (DType in : {DType::kF32, DType::kBF16}) {
+        for (DType result : {DType::kF32, DType::kBF16}) {
+          for (Dist dist : {Dist::kNormal, Dist::kBits}) {
+            Case c;
+            c.values = {{"m", absl::StrCat(shape.m)}, {"k", absl::StrCat(shape.k)}, {"n", absl::StrCat(shape.n)}};
+            if (shape.sizes.empty()) {
+              c.values.emplace_back("groups", absl::StrCat(shape.groups));
+            } else {
+              c.options.inputs["group_sizes"] = I32(shape.sizes);
+            }
+            if (shape.local_groups >= 0) c.values.emplace_back("local_groups", absl::StrCat(shape.local_groups));
+            if (shape.group_offset > 0) c.values.emplace_back("group_offset", absl::StrCat(shape.group_offset));
+            if (gmm) c.values.emplace_back("transpose_rhs", transpose);
+            if (existing) c.options.with.insert("existing_out");
+            c.options.dtypes["lhs"] = in;
+            c.options.dtypes["out"] = result;
+            c.options.dist = dist;
+            c.options.partition = shape.partition;
+            c.options.seed = out.size() + 1;
+            out.push_back(std::move(c));
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> GroupedKernels() {
+  std::vector<std::string> names;
+  for (const char* op : {"gmm", "tgmm"}) {
+    for (const auto& k : TheRegistry().Kernels(op)) {
+      if (!k->is_reference()) names.push_back(k->name());
+    }
+  }
+  return names;
+}
+
+class GroupedMatmulTest : public KernelConformanceTest {};
+
+TEST_P(GroupedMatmulTest, ChosenPartitionsOffsetsAndLayouts) {
+  for (const GroupedShape& shape : GroupedShapes()) {
+    Tally tally;
+    for (const Case& c : GroupedCases(kernel_->op(), shape)) {
+      CheckKernel(*kernel_, c, tally, /*max_configs=*/32);
+      if (HasFailure()) break;  // one failing case per shape tells enough
+    }
+    EXPECT_EQ(tally.refused, 0) << shape.name;
+    EXPECT_GT(tally.runs, 0) << shape.name;
+    std::cout << kernel_->name() << " " << shape.name << ": " << tally.cases << " cases, " << tally.runs
+              << " checked runs" << (HasFailure() ? " (FAILED)" : "") << "\n";
+    if (HasFailure()) break;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(GroupedOps, GroupedMatmulTest, ::testing::ValuesIn(GroupedKernels()), TestName);
+
+// ---- gmm and tgmm: validation -----------------------------------------------------
+
+// Problem::Make's refusal of `values` and `inputs` for `op`: InvalidArgument,
+// one line.
+std::string Refusal(const std::string& op_name, const NamedValues& values, std::map<std::string, Tensor> inputs) {
+  std::shared_ptr<const Op> op = *TheRegistry().GetOp(op_name);
+  absl::StatusOr<Values> parsed = op->ParseValues(values);
+  if (!parsed.ok()) return std::string(parsed.status().message());
+  ProblemOptions options;
+  options.inputs = std::move(inputs);
+  absl::StatusOr<std::unique_ptr<Problem>> problem = Problem::Make(op, nullptr, *parsed, options);
+  EXPECT_EQ(problem.status().code(), absl::StatusCode::kInvalidArgument) << problem.status();
+  const std::string message(problem.status().message());
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  return message;
+}
+
+TEST(GmmValidationTest, EachRefusalIsOneClearLine) {
+  const NamedValues dims = {{"m", "8"}, {"k", "4"}, {"n", "6"}};
+  EXPECT_THAT(Refusal("gmm", dims, {{"group_sizes", I32({2, -1, 3})}}), HasSubstr("group_sizes[1]=-1 is negative"));
+  EXPECT_THAT(Refusal("gmm", dims, {{"group_sizes", I32({5, 5})}}),
+              HasSubstr("group_sizes[0..1] sum to 10, more than m=8 rows"));
+  EXPECT_THAT(Refusal("tgmm", dims, {{"group_sizes", I32({9})}}),
+              HasSubstr("group_sizes[0..0] sum to 9, more than m=8 rows"));
+  for (const char* op : {"gmm", "tgmm"}) {
+    NamedValues offset = dims;
+    offset.insert(offset.end(), {{"groups", "4"}, {"local_groups", "2"}, {"group_offset", "3"}});
+    EXPECT_THAT(Refusal(op, offset, {}),
+                HasSubstr(absl::StrCat(op, ": group_offset=3 + local_groups=2 exceeds groups=4")));
+    offset = dims;
+    offset.insert(offset.end(), {{"groups", "4"}, {"local_groups", "5"}});
+    EXPECT_THAT(Refusal(op, offset, {}), HasSubstr("group_offset=0 + local_groups=5 exceeds groups=4"));
+  }
+  // rhs [G, k, n] given where transpose_rhs=1 makes it [G, n, k], n != k.
+  NamedValues transposed = dims;
+  transposed.emplace_back("transpose_rhs", "1");
+  Tensor rhs(DType::kF32, {2, 4, 6});
+  EXPECT_THAT(Refusal("gmm", transposed, {{"rhs", rhs}}),
+              HasSubstr("input 'rhs' has shape [2, 4, 6] but n=6 (rhs is [local_groups,n,k] with transpose_rhs=1)"));
+  // ... and the converse.
+  Tensor rhs_t(DType::kF32, {2, 6, 4});
+  EXPECT_THAT(Refusal("gmm", dims, {{"rhs", rhs_t}}),
+              HasSubstr("input 'rhs' has shape [2, 6, 4] but k=4 (rhs is [local_groups,k,n] with transpose_rhs=0)"));
+  // Inputs whose dtypes must agree.
+  Tensor lhs(DType::kF32, {8, 4});
+  Tensor rhs_bf16(DType::kBF16, {2, 4, 6});
+  EXPECT_THAT(Refusal("gmm", {}, {{"lhs", lhs}, {"rhs", rhs_bf16}, {"group_sizes", I32({3, 5})}}),
+              HasSubstr("input 'rhs' holds bf16 but must have the dtype of 'lhs' (f32)"));
+  // Validate on arguments built by hand (no Problem): the transposed shape
+  // is checked there too.
+  std::shared_ptr<const Op> op = *TheRegistry().GetOp("gmm");
+  Tensor sizes = I32({3, 5}), out(DType::kF32, {8, 6});
+  DLTensor* tensors[] = {lhs.dl(), rhs.dl(), sizes.dl(), out.dl(), nullptr};
+  int64_t values[] = {8, 4, 6, 2, 2};  // m, k, n, groups, local_groups
+  kreg_scalar attrs[3] = {};            // transpose_rhs, group_offset, constant_weights
+  kreg_args args{};
+  args.struct_size = sizeof args;
+  args.tensors = tensors;
+  args.num_tensors = 5;
+  args.dims = values;
+  args.num_dims = 5;
+  args.attrs = attrs;
+  args.num_attrs = 3;
+  EXPECT_TRUE(op->Validate(args).ok()) << op->Validate(args);
+  attrs[0].i = 1;
+  EXPECT_THAT(std::string(op->Validate(args).message()),
+              HasSubstr("rhs has shape [2, 4, 6], expected [2, 6, 4] "
+                        "(rhs is [local_groups,n,k] with transpose_rhs=1)"));
+  tensors[1] = rhs_t.dl();
+  EXPECT_TRUE(op->Validate(args).ok()) << op->Validate(args);
+  attrs[1].i = 1;
+  EXPECT_THAT(std::string(op->Validate(args).message()), HasSubstr("group_offset=1 + local_groups=2 exceeds groups=2"));
 }
 
 }  // namespace

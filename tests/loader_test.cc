@@ -577,6 +577,210 @@ TEST_F(AbiGrowthTest, TheNewLayoutIsPrepared) {
   }
 }
 
+// ---- Shapes that follow an attribute, dims with defaults ---------------------------
+
+// The rowsum test op: dims rows, cols, used (default_dim rows); attribute
+// transposed; x [rows, cols], or [cols, rows] with transposed=1 (alt_shape);
+// out [rows]. Its dim `cols` and tensor `out` come at the older, smaller
+// sizes with garbage in the new fields.
+class ShapeExtensionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<absl::Status> refused =
+        registry_.LoadPlugins({std::string(KREG_ROWSUM_PLUGIN_DIR) + "/test_rowsum.so"});
+    ASSERT_TRUE(refused.empty()) << refused[0];
+    op_ = *registry_.GetOp("rowsum");
+  }
+  Values Parse(const NamedValues& named) {
+    absl::StatusOr<Values> v = op_->ParseValues(named);
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.ok() ? *v : Values{};
+  }
+  Registry registry_;
+  std::shared_ptr<const Op> op_;
+};
+
+TEST_F(ShapeExtensionTest, TheDescriptorReadsAndOldSizedFieldsReadAsNone) {
+  const Op& op = *op_;
+  ASSERT_EQ(op.dims().size(), 3u);
+  EXPECT_EQ(op.dims()[0].default_dim, -1);
+  EXPECT_EQ(op.dims()[1].default_dim, -1);  // garbage past its struct_size: not read
+  EXPECT_EQ(op.dims()[2].default_dim, op.FindDim("rows"));
+  const TensorInfo& x = op.tensors()[op.FindTensor("x")];
+  EXPECT_THAT(x.shape, ElementsAre(op.FindDim("rows"), op.FindDim("cols")));
+  EXPECT_THAT(x.alt_shape, ElementsAre(op.FindDim("cols"), op.FindDim("rows")));
+  EXPECT_EQ(x.alt_shape_attr, op.FindAttr("transposed"));
+  const TensorInfo& out = op.tensors()[op.FindTensor("out")];
+  EXPECT_EQ(out.alt_shape_attr, -1);  // garbage past its struct_size: not read
+  EXPECT_TRUE(out.alt_shape.empty());
+  EXPECT_THAT(op.Describe(), HasSubstr("dims rows, cols, used (default rows);"));
+  EXPECT_THAT(op.Describe(), HasSubstr("x [rows,cols] (transposed!=0: [cols,rows]) f32|bf16 in"));
+  EXPECT_THAT(op.Describe(), HasSubstr("out [rows] f32 out"));
+}
+
+TEST_F(ShapeExtensionTest, ADimLeftOutTakesItsDefaultOnlyWhenComplete) {
+  Values v = Parse({{"rows", "5"}, {"cols", "3"}});
+  EXPECT_THAT(v.dims, ElementsAre(5, 3, -1));  // not yet: an input may still give it
+  ASSERT_TRUE(op_->Complete(&v).ok());
+  EXPECT_THAT(v.dims, ElementsAre(5, 3, 5));
+  v = Parse({{"rows", "5"}, {"cols", "3"}, {"used", "2"}});
+  ASSERT_TRUE(op_->Complete(&v).ok());
+  EXPECT_THAT(v.dims, ElementsAre(5, 3, 2));
+  v = Parse({{"cols", "3"}});
+  EXPECT_THAT(std::string(op_->Complete(&v).message()), HasSubstr("dimension 'rows' is missing"));
+  // The key holds the completed dims (and the attribute when not default).
+  v = Parse({{"rows", "5"}, {"cols", "3"}, {"transposed", "1"}});
+  ShapeArgs shape;
+  ASSERT_TRUE(MakeShapeArgs(*op_, v, {}, &shape).ok());
+  EXPECT_EQ(DimsString(op_->KeyOf(*shape.args()).dims), "rows=5,cols=3,used=5,transposed=1");
+}
+
+TEST_F(ShapeExtensionTest, ShapesFollowTheAttributeEverywhere) {
+  Values plain = Parse({{"rows", "5"}, {"cols", "3"}});
+  Values transposed = Parse({{"rows", "5"}, {"cols", "3"}, {"transposed", "1"}});
+  const int x = op_->FindTensor("x");
+  EXPECT_THAT(op_->ShapeOf(x, plain), ElementsAre(5, 3));
+  EXPECT_THAT(op_->ShapeOf(x, transposed), ElementsAre(3, 5));
+  // Shape-only arguments (tuning-table lookups).
+  ShapeArgs shape;
+  ASSERT_TRUE(MakeShapeArgs(*op_, transposed, {}, &shape).ok());
+  const DLTensor* t = shape.args()->tensors[x];
+  ASSERT_EQ(t->ndim, 2);
+  EXPECT_EQ(t->shape[0], 3);
+  EXPECT_EQ(t->shape[1], 5);
+  // A generated problem, and the user's array read by the shape in force.
+  for (const char* flag : {"0", "1"}) {
+    SCOPED_TRACE(flag);
+    Tensor input(DType::kF32, {3, 5});
+    FillRandom(input, Dist::kNormal, 5);
+    ProblemOptions options;
+    options.inputs["x"] = input;
+    absl::StatusOr<std::unique_ptr<Problem>> p =
+        Problem::Make(op_, registry_.Reference("rowsum"), Parse({{"transposed", flag}}), options);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const bool t1 = flag[0] == '1';
+    EXPECT_EQ(DimsString((*p)->dims()), t1 ? "rows=5,cols=3,used=5,transposed=1" : "rows=3,cols=5,used=3");
+    std::shared_ptr<const Kernel> kernel = *registry_.Get("rowsum/by_memory");
+    (*p)->PoisonOutputs();
+    ASSERT_TRUE(kernel->Run(kernel->DefaultConfig(), *(*p)->args()).ok());
+    EXPECT_TRUE((*p)->CheckOutputs().ok()) << (*p)->CheckOutputs();
+  }
+}
+
+TEST_F(ShapeExtensionTest, MismatchesNameTheShapeInForce) {
+  Tensor input(DType::kF32, {3, 5});
+  ProblemOptions options;
+  options.inputs["x"] = input;
+  absl::StatusOr<std::unique_ptr<Problem>> p =
+      Problem::Make(op_, nullptr, Parse({{"rows", "3"}, {"transposed", "1"}}), options);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(p.status().message()),
+              HasSubstr("rowsum: input 'x' has shape [3, 5] but rows=3 (x is [cols,rows] with transposed=1)"));
+  p = Problem::Make(op_, nullptr, Parse({{"rows", "5"}, {"cols", "3"}, {"used", "6"}}), {});
+  EXPECT_THAT(std::string(p.status().message()), HasSubstr("rowsum: used=6 exceeds rows=5"));
+  // Arguments built by hand: the shape the attribute selects is checked.
+  Tensor out(DType::kF32, {3});
+  DLTensor* tensors[] = {input.dl(), out.dl()};
+  int64_t dims[] = {3, 5, 3};
+  kreg_scalar attrs[1] = {};
+  kreg_args args{};
+  args.struct_size = sizeof args;
+  args.tensors = tensors;
+  args.num_tensors = 2;
+  args.dims = dims;
+  args.num_dims = 3;
+  args.attrs = attrs;
+  args.num_attrs = 1;
+  EXPECT_TRUE(op_->Validate(args).ok()) << op_->Validate(args);
+  attrs[0].i = 1;
+  EXPECT_THAT(std::string(op_->Validate(args).message()),
+              HasSubstr("x has shape [3, 5], expected [5, 3] (x is [cols,rows] with transposed=1)"));
+}
+
+// Descriptors the host refuses, each with its reason.
+kreg_dim_desc DimDesc(const char* name, const char* default_dim = nullptr) {
+  kreg_dim_desc d{};
+  d.struct_size = sizeof d;
+  d.name = name;
+  d.doc = "";
+  d.default_dim = default_dim;
+  return d;
+}
+
+kreg_attr_desc AttrDesc(const char* name, kreg_attr_kind kind) {
+  kreg_attr_desc a{};
+  a.struct_size = sizeof a;
+  a.name = name;
+  a.doc = "";
+  a.kind = kind;
+  if (kind == KREG_ATTR_FLOAT) a.max.f = 1;
+  if (kind == KREG_ATTR_INT) a.max.i = 1;
+  return a;
+}
+
+// Tensor x [rows], f32 (int32 [rows] of sizes with a partition generator).
+kreg_tensor_desc XDesc(const char* alt_shape, const char* alt_shape_attr, bool partition = false) {
+  kreg_tensor_desc t{};
+  t.struct_size = sizeof t;
+  t.name = "x";
+  t.doc = "";
+  t.role = KREG_ROLE_IN;
+  t.dtypes = partition ? KREG_DTYPE_I32 : KREG_DTYPE_F32;
+  t.shape = "rows";
+  t.gen = partition ? KREG_GEN_PARTITION : KREG_GEN_VALUES;
+  t.gen_dim = partition ? "rows" : nullptr;
+  t.alt_shape = alt_shape;
+  t.alt_shape_attr = alt_shape_attr;
+  return t;
+}
+
+absl::Status ReadOp(const std::vector<const kreg_dim_desc*>& dims, const kreg_tensor_desc& x) {
+  static const kreg_attr_desc flag = AttrDesc("flag", KREG_ATTR_INT);
+  static const kreg_attr_desc scale = AttrDesc("scale", KREG_ATTR_FLOAT);
+  const kreg_attr_desc* const attrs[] = {&flag, &scale};
+  const kreg_tensor_desc* const tensors[] = {&x};
+  kreg_op_desc op{};
+  op.struct_size = sizeof op;
+  op.name = "shapes";
+  op.doc = "";
+  op.dims = dims.data();
+  op.num_dims = dims.size();
+  op.tensors = tensors;
+  op.num_tensors = 1;
+  op.attrs = attrs;
+  op.num_attrs = 2;
+  return Op::Read(op, nullptr).status();
+}
+
+TEST(OpReadTest, RefusesBadDefaultDimsAndAltShapes) {
+  const kreg_dim_desc rows = DimDesc("rows"), cols = DimDesc("cols"), later = DimDesc("later");
+  const kreg_dim_desc ahead = DimDesc("ahead", "later"), self = DimDesc("self", "self");
+  const struct {
+    std::vector<const kreg_dim_desc*> dims;
+    kreg_tensor_desc x;
+    const char* reason;
+  } bad[] = {
+      {{&rows, &ahead, &later}, XDesc(nullptr, nullptr), "dim 'ahead': default_dim 'later' is not an earlier dim"},
+      {{&rows, &self}, XDesc(nullptr, nullptr), "dim 'self': default_dim 'self' is not an earlier dim"},
+      {{&rows, &cols}, XDesc("cols", nullptr), "tensor 'x': alt_shape and alt_shape_attr go together"},
+      {{&rows, &cols}, XDesc(nullptr, "flag"), "tensor 'x': alt_shape and alt_shape_attr go together"},
+      {{&rows, &cols}, XDesc("cols", "nope"), "alt_shape_attr 'nope' is not an integer attribute of the op"},
+      {{&rows, &cols}, XDesc("cols", "scale"), "alt_shape_attr 'scale' is not an integer attribute of the op"},
+      {{&rows, &cols}, XDesc("cols,q", "flag"), "shape names 'q', which is not a dim of the op"},
+      {{&rows, &cols}, XDesc("rows,cols", "flag", /*partition=*/true), "partition and range generators make 1-D"},
+  };
+  for (const auto& b : bad) {
+    SCOPED_TRACE(b.reason);
+    const absl::Status s = ReadOp(b.dims, b.x);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()), HasSubstr(b.reason));
+  }
+  // Well formed: a default from an earlier dim, an alt_shape under an INT attribute.
+  const kreg_dim_desc back = DimDesc("back", "rows");
+  const absl::Status good = ReadOp({&rows, &cols, &back}, XDesc("cols", "flag"));
+  EXPECT_TRUE(good.ok()) << good;
+}
+
 TEST(IsaTest, NamesBits) {
   EXPECT_EQ(IsaString(0), "none");
   EXPECT_EQ(IsaString(KREG_ISA_AVX2 | KREG_ISA_AVX512BF16), "avx2,avx512bf16");

@@ -23,12 +23,17 @@
 
 namespace kreg::gmm {
 
-// Op "gmm": out[rows of group g] = lhs[rows] . rhs[g] (+ existing_out).
+// Op "gmm": out[rows of group g] = lhs[rows] . rhs[g - group_offset] (+
+// existing_out) for the local groups g in [group_offset, group_offset +
+// local_groups).
 enum GmmTensor { kGmmLhs = 0, kGmmRhs, kGmmGroupSizes, kGmmOut, kGmmExistingOut, kGmmNumTensors };
-enum GmmDim { kGmmM = 0, kGmmK, kGmmN, kGmmGroups, kGmmNumDims };
-// Op "tgmm": out[g] = lhs[:, rows of g] . rhs[rows of g, :].
+enum GmmDim { kGmmM = 0, kGmmK, kGmmN, kGmmGroups, kGmmLocalGroups, kGmmNumDims };
+enum GmmAttr { kGmmTransposeRhs = 0, kGmmGroupOffset, kGmmConstantWeights, kGmmNumAttrs };
+// Op "tgmm": out[g - group_offset] = lhs[:, rows of g] . rhs[rows of g, :]
+// for the local groups g.
 enum TgmmTensor { kTgmmLhs = 0, kTgmmRhs, kTgmmGroupSizes, kTgmmOut, kTgmmNumTensors };
-enum TgmmDim { kTgmmK = 0, kTgmmM, kTgmmN, kTgmmGroups, kTgmmNumDims };
+enum TgmmDim { kTgmmK = 0, kTgmmM, kTgmmN, kTgmmGroups, kTgmmLocalGroups, kTgmmNumDims };
+enum TgmmAttr { kTgmmGroupOffset = 0, kTgmmNumAttrs };
 
 inline kreg_status Fail(kreg_status code, char* msg, size_t cap, const char* text) {
   std::snprintf(msg, cap, "%s", text);
@@ -123,8 +128,15 @@ struct OutMat {
 };
 
 // What both ops share once viewed: the reduction problem per group.
+// group_sizes covers all `groups` groups (global indices g); this call
+// computes the local ones, g in [group_offset, group_offset + local_groups),
+// whose rhs (gmm) or out (tgmm) block is the local index g - group_offset
+// (validated: group_offset + local_groups <= groups).
 struct GroupedView {
   int64_t m = 0, k = 0, n = 0, groups = 0;
+  int64_t local_groups = 0, group_offset = 0;
+  bool transpose_rhs = false;     // gmm: rhs is [local_groups, n, k]
+  bool constant_weights = false;  // gmm: rhs is the same on every run of a prepared state
   const DLTensor* lhs = nullptr;
   const DLTensor* rhs = nullptr;
   const DLTensor* group_sizes = nullptr;
@@ -141,7 +153,8 @@ struct GroupedView {
 // args not shaped like gmm's, which the host rules out; only a guard.
 inline bool ViewGmm(const kreg_args* args, GroupedView* v, char* msg, size_t cap) {
   if (args == nullptr || args->struct_size < KREG_ARGS_MIN_SIZE || args->num_tensors < kGmmNumTensors ||
-      args->num_dims < kGmmNumDims || args->tensors == nullptr || args->dims == nullptr ||
+      args->num_dims < kGmmNumDims || args->num_attrs < kGmmNumAttrs || args->tensors == nullptr ||
+      args->dims == nullptr || args->attrs == nullptr ||
       args->tensors[kGmmLhs] == nullptr || args->tensors[kGmmRhs] == nullptr ||
       args->tensors[kGmmGroupSizes] == nullptr || args->tensors[kGmmOut] == nullptr) {
     std::snprintf(msg, cap, "args are not those of op gmm");
@@ -151,6 +164,10 @@ inline bool ViewGmm(const kreg_args* args, GroupedView* v, char* msg, size_t cap
   v->k = args->dims[kGmmK];
   v->n = args->dims[kGmmN];
   v->groups = args->dims[kGmmGroups];
+  v->local_groups = args->dims[kGmmLocalGroups];
+  v->group_offset = args->attrs[kGmmGroupOffset].i;
+  v->transpose_rhs = args->attrs[kGmmTransposeRhs].i != 0;
+  v->constant_weights = args->attrs[kGmmConstantWeights].i != 0;
   v->lhs = args->tensors[kGmmLhs];
   v->rhs = args->tensors[kGmmRhs];
   v->group_sizes = args->tensors[kGmmGroupSizes];
@@ -163,7 +180,8 @@ inline bool ViewGmm(const kreg_args* args, GroupedView* v, char* msg, size_t cap
 
 inline bool ViewTgmm(const kreg_args* args, GroupedView* v, char* msg, size_t cap) {
   if (args == nullptr || args->struct_size < KREG_ARGS_MIN_SIZE || args->num_tensors < kTgmmNumTensors ||
-      args->num_dims < kTgmmNumDims || args->tensors == nullptr || args->dims == nullptr ||
+      args->num_dims < kTgmmNumDims || args->num_attrs < kTgmmNumAttrs || args->tensors == nullptr ||
+      args->dims == nullptr || args->attrs == nullptr ||
       args->tensors[kTgmmLhs] == nullptr || args->tensors[kTgmmRhs] == nullptr ||
       args->tensors[kTgmmGroupSizes] == nullptr || args->tensors[kTgmmOut] == nullptr) {
     std::snprintf(msg, cap, "args are not those of op tgmm");
@@ -173,6 +191,8 @@ inline bool ViewTgmm(const kreg_args* args, GroupedView* v, char* msg, size_t ca
   v->k = args->dims[kTgmmK];
   v->n = args->dims[kTgmmN];
   v->groups = args->dims[kTgmmGroups];
+  v->local_groups = args->dims[kTgmmLocalGroups];
+  v->group_offset = args->attrs[kTgmmGroupOffset].i;
   v->lhs = args->tensors[kTgmmLhs];
   v->rhs = args->tensors[kTgmmRhs];
   v->group_sizes = args->tensors[kTgmmGroupSizes];
@@ -182,24 +202,31 @@ inline bool ViewTgmm(const kreg_args* args, GroupedView* v, char* msg, size_t ca
   return true;
 }
 
-// gmm: lhs [m, k]; rhs[g] [k, n]; out / existing [m, n].
+// gmm: lhs [m, k]; out / existing [m, n]. GmmRhs(v, local_g) is the matrix
+// of local group local_g (global group v.group_offset + local_g) as it lies
+// in memory: [k, n], or with v.transpose_rhs [n, k]. So element (p, j) of
+// the group's logical [k, n] matrix is At(p, j), or At(j, p) when
+// transposed; Row(i) is always a physical (contiguous) row.
 inline Mat GmmLhs(const GroupedView& v) { return {Base(v.lhs), Stride(v.lhs, 0), v.in_bf16}; }
-inline Mat GmmRhs(const GroupedView& v, int64_t g) {
-  return {Advance(Base(v.rhs), v.in_bf16, g * Stride(v.rhs, 0)), Stride(v.rhs, 1), v.in_bf16};
+inline Mat GmmRhs(const GroupedView& v, int64_t local_g) {
+  return {Advance(Base(v.rhs), v.in_bf16, local_g * Stride(v.rhs, 0)), Stride(v.rhs, 1), v.in_bf16};
 }
 inline Mat GmmExisting(const GroupedView& v) {
   return {Base(v.existing), Stride(v.existing, 0), v.out_bf16};
 }
 inline OutMat GmmOut(const GroupedView& v) { return {Base(v.out), Stride(v.out, 0), v.out_bf16}; }
-// tgmm: lhs [k, m]; rhs [m, n]; out[g] [k, n].
+// tgmm: lhs [k, m]; rhs [m, n]; out[local_g] [k, n], for global group
+// v.group_offset + local_g.
 inline Mat TgmmLhs(const GroupedView& v) { return {Base(v.lhs), Stride(v.lhs, 0), v.in_bf16}; }
 inline Mat TgmmRhs(const GroupedView& v) { return {Base(v.rhs), Stride(v.rhs, 0), v.in_bf16}; }
-inline OutMat TgmmOut(const GroupedView& v, int64_t g) {
-  return {Advance(Base(v.out), v.out_bf16, g * Stride(v.out, 0)), Stride(v.out, 1), v.out_bf16};
+inline OutMat TgmmOut(const GroupedView& v, int64_t local_g) {
+  return {Advance(Base(v.out), v.out_bf16, local_g * Stride(v.out, 0)), Stride(v.out, 1), v.out_bf16};
 }
 
-// starts[g] = first row of group g; starts[groups] = their total (<= m, as
-// validated).
+// starts[g] = first row of (global) group g; starts[groups] = their total
+// (<= m, as validated). The local groups' rows are [starts[group_offset],
+// starts[group_offset + local_groups]); gmm's other rows are
+// existing_out's (or 0).
 inline std::vector<int64_t> GroupStarts(const GroupedView& v) {
   std::vector<int64_t> starts(v.groups + 1, 0);
   for (int64_t g = 0; g < v.groups; ++g) starts[g + 1] = starts[g] + v.GroupSize(g);
@@ -212,11 +239,24 @@ inline std::vector<int64_t> GroupStarts(const GroupedView& v) {
 // tiled kernels' fallback reproduces the reference bit for bit.
 
 // sum over p of lhs(row, p) * rhs(p, col), p = 0..k-1 in order, in double.
-double GmmDot(const Mat& lhs, int64_t row, const Mat& rhs, int64_t col, int64_t k);
+// `rhs` is GmmRhs's matrix as it lies in memory: [k, n], or [n, k] when
+// rhs_transposed (rhs(p, col) is then rhs.At(col, p)).
+double GmmDot(const Mat& lhs, int64_t row, const Mat& rhs, int64_t col, int64_t k, bool rhs_transposed = false);
 // sum over r in [r0, r1) of lhs(i, r) * rhs(r, col), in order, in double.
 double TgmmDot(const Mat& lhs, int64_t i, const Mat& rhs, int64_t col, int64_t r0, int64_t r1);
 
 // ---- Validation, checks, guards -----------------------------------------------
+
+// group_offset + local_groups <= groups (shapes only).
+inline kreg_status ValidateLocalGroups(const GroupedView& v, char* msg, size_t cap) {
+  if (v.group_offset < 0 || v.local_groups < 0 || v.group_offset > v.groups - v.local_groups) {
+    std::snprintf(msg, cap, "group_offset=%lld + local_groups=%lld exceeds groups=%lld",
+                  static_cast<long long>(v.group_offset), static_cast<long long>(v.local_groups),
+                  static_cast<long long>(v.groups));
+    return KREG_INVALID_ARGUMENT;
+  }
+  return KREG_OK;
+}
 
 // Group sizes >= 0 summing to at most `m`; data is read unless shape-only.
 inline kreg_status ValidatePartition(const kreg_args* args, const GroupedView& v, char* msg, size_t cap) {

@@ -5,9 +5,16 @@
 
 namespace kreg::gmm {
 
-double GmmDot(const Mat& lhs, int64_t row, const Mat& rhs, int64_t col, int64_t k) {
+double GmmDot(const Mat& lhs, int64_t row, const Mat& rhs, int64_t col, int64_t k, bool rhs_transposed) {
   const void* a = lhs.Row(row);
   double acc = 0.0;
+  if (rhs_transposed) {
+    const void* b = rhs.Row(col);  // the physical row `col` of [n, k]: column col of the logical rhs
+    for (int64_t p = 0; p < k; ++p) {
+      acc += static_cast<double>(LoadAt(a, lhs.bf16, p)) * static_cast<double>(LoadAt(b, rhs.bf16, p));
+    }
+    return acc;
+  }
   for (int64_t p = 0; p < k; ++p) {
     acc += static_cast<double>(LoadAt(a, lhs.bf16, p)) * static_cast<double>(rhs.At(p, col));
   }

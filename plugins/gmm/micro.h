@@ -28,6 +28,11 @@ struct PanelArgs {
   float* c = nullptr;
   int64_t ldc = 0;
   bool accumulate = false;  // false: C = A . B; true: C += A . B
+  // Optional: a region to prefetch while computing, spread over the panel
+  // (the next slice of B, read from memory while this one computes): rows
+  // of row_bytes bytes, ld bytes apart.
+  const char* prefetch = nullptr;
+  int64_t prefetch_rows = 0, prefetch_row_bytes = 0, prefetch_ld = 0;
 };
 
 struct MicroSet {

@@ -34,6 +34,28 @@ inline void Block(int64_t steps, const typename V::Elem* const* arow, const type
 
 // B strip outermost (it stays in L1 across the rows), then row blocks; rows
 // past the last are read from the last row and written to C's padding.
+// The prefetch region of a panel (PanelArgs), walked a few lines per block.
+struct Prefetcher {
+  const char* base = nullptr;
+  int64_t row_lines = 0, ld = 0, line = 0, lines = 0, per_block = 0;
+
+  Prefetcher(const PanelArgs& p, int64_t blocks) {
+    if (p.prefetch == nullptr || p.prefetch_rows <= 0 || p.prefetch_row_bytes <= 0) return;
+    base = p.prefetch;
+    row_lines = (p.prefetch_row_bytes + 63) / 64;
+    ld = p.prefetch_ld;
+    lines = p.prefetch_rows * row_lines;
+    per_block = (lines + blocks - 1) / blocks;
+  }
+  void Step() {
+    for (int64_t end = line + per_block < lines ? line + per_block : lines; line < end; ++line) {
+      __builtin_prefetch(base + (line / row_lines) * ld + (line % row_lines) * 64, 0, 2);
+    }
+  }
+};
+
+// B strip outermost (it stays in L1 across the rows), then row blocks; rows
+// past the last are read from the last row and written to C's padding.
 template <class V, int kMr>
 void PanelT(const PanelArgs& p) {
   using Elem = typename V::Elem;
@@ -41,11 +63,13 @@ void PanelT(const PanelArgs& p) {
   const Elem* a = static_cast<const Elem*>(p.a);
   const Elem* b = static_cast<const Elem*>(p.b);
   const int64_t steps = p.kc / V::kPack;
+  Prefetcher prefetcher(p, p.strips * ((p.rows + kMr - 1) / kMr));
   for (int64_t s = 0; s < p.strips; ++s) {
     const Elem* strip = b + s * p.kc * kNr;
     for (int64_t i0 = 0; i0 < p.rows; i0 += kMr) {
       const Elem* arow[kMr];
       for (int i = 0; i < kMr; ++i) arow[i] = a + (i0 + i < p.rows ? i0 + i : p.rows - 1) * p.lda;
+      prefetcher.Step();
       Block<V, kMr>(steps, arow, strip, p.c + i0 * p.ldc + s * kNr, p.ldc, p.accumulate);
     }
   }

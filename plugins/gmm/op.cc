@@ -2,34 +2,45 @@
 // Pallas megablox's gmm / tgmm). group_sizes partitions the first
 // sum(group_sizes) <= m rows into consecutive blocks: block g holds rows
 // [start_g, start_g + group_sizes[g]), start_g the sum of the earlier sizes.
+// A call computes the local groups g in [group_offset, group_offset +
+// local_groups) only (as when the experts are sharded across devices);
+// local_groups defaults to groups, group_offset to 0, and group_offset +
+// local_groups <= groups.
 //
-// gmm   dims     m (rows), k (reduction), n (columns), groups (G).
-//       tensors  lhs           [m, k]         f32 or bf16.
-//                rhs           [groups, k, n] lhs's dtype.
-//                group_sizes   [groups]       int32, >= 0, summing to <= m.
-//                out           [m, n]         f32 or bf16 (free: the output
-//                                             dtype is chosen by the caller).
+// gmm   dims     m (rows), k (reduction), n (columns), groups (G),
+//                local_groups (default G).
+//       tensors  lhs           [m, k]               f32 or bf16.
+//                rhs           [local_groups, k, n] lhs's dtype; with
+//                              transpose_rhs=1 [local_groups, n, k] (each
+//                              group's matrix transposed).
+//                group_sizes   [groups]             int32, >= 0, summing to <= m.
+//                out           [m, n]               f32 or bf16 (free: the
+//                                                   output dtype is the caller's).
 //                existing_out  optional [m, n], out's dtype: an accumulator.
-//       out[r] = existing_out[r] + lhs[r] . rhs[g] for the rows r of block g;
-//       rows past sum(group_sizes) are existing_out[r] (0 without it).
+//       attrs    transpose_rhs (0/1), group_offset (>= 0), constant_weights
+//                (0/1: rhs is the same on every run of one prepared state,
+//                so a kernel may pack it once in prepare; results do not
+//                change).
+//       out[r] = existing_out[r] + lhs[r] . rhs[g - group_offset] for the
+//       rows r of a local group g; every other row (other groups', rows past
+//       sum(group_sizes)) is existing_out[r] (0 without it).
 //
-// tgmm  dims     k (rows of out[g]), m (reduction: the grouped rows), n,
-//                groups.
-//       tensors  lhs           [k, m]         f32 or bf16.
-//                rhs           [m, n]         lhs's dtype.
-//                group_sizes   [groups]       int32, as for gmm.
-//                out           [groups, k, n] f32 or bf16 (free).
-//       out[g] = lhs[:, rows of g] . rhs[rows of g, :]; an empty group gives
-//       zeros; rows past sum(group_sizes) are ignored.
+// tgmm  dims     k (rows of out[i]), m (reduction: the grouped rows), n,
+//                groups, local_groups (default groups).
+//       tensors  lhs           [k, m]               f32 or bf16.
+//                rhs           [m, n]               lhs's dtype.
+//                group_sizes   [groups]             int32, as for gmm.
+//                out           [local_groups, k, n] f32 or bf16 (free).
+//       attrs    group_offset (>= 0).
+//       out[i] = lhs[:, rows of g] . rhs[rows of g, :] for g = group_offset
+//       + i; an empty group gives zeros; rows outside the local groups are
+//       ignored.
 //
 // bf16 inputs are widened exactly. The reference accumulates in double and
 // rounds once (to nearest even) to out's dtype; other kernels may accumulate
 // in float. out is compared with tolerance atol * (reduction length) + rtol *
 // |want|: f32 1e-5 / 1e-5, bf16 1e-2 / 1/128 (one bf16 ulp). NaN and
 // infinities propagate as in a plain matmul (no zero is skipped).
-//
-// Not yet: transpose_rhs (rhs read as [groups, n, k]), group_offset /
-// a local subset of groups, per-group offsets into rhs.
 #include <string_view>
 
 #include "common.h"
@@ -52,7 +63,44 @@ constexpr kreg_dim_desc kGmmKDim = {
 constexpr kreg_dim_desc kGmmNDim = {.struct_size = sizeof(kreg_dim_desc), .name = "n", .doc = "columns of rhs and out"};
 constexpr kreg_dim_desc kGmmGroupsDim = {
     .struct_size = sizeof(kreg_dim_desc), .name = "groups", .doc = "groups (experts): the length of group_sizes"};
-constexpr const kreg_dim_desc* kGmmDims[] = {&kGmmMDim, &kGmmKDim, &kGmmNDim, &kGmmGroupsDim};
+constexpr kreg_dim_desc kGmmLocalGroupsDim = {
+    .struct_size = sizeof(kreg_dim_desc),
+    .name = "local_groups",
+    .doc = "groups this call computes (rhs's first dim), from group_offset on; default: groups",
+    .default_dim = "groups",
+};
+constexpr const kreg_dim_desc* kGmmDims[] = {&kGmmMDim, &kGmmKDim, &kGmmNDim, &kGmmGroupsDim, &kGmmLocalGroupsDim};
+
+constexpr kreg_attr_desc kGmmTransposeRhsAttr = {
+    .struct_size = sizeof(kreg_attr_desc),
+    .name = "transpose_rhs",
+    .doc = "1: rhs is [local_groups, n, k], each group's matrix transposed",
+    .kind = KREG_ATTR_INT,
+    .default_value = {.i = 0},
+    .min = {.i = 0},
+    .max = {.i = 1},
+};
+constexpr kreg_attr_desc kGmmGroupOffsetAttr = {
+    .struct_size = sizeof(kreg_attr_desc),
+    .name = "group_offset",
+    .doc = "the first group computed; rows of groups outside [group_offset, group_offset + local_groups) are "
+           "existing_out or 0",
+    .kind = KREG_ATTR_INT,
+    .default_value = {.i = 0},
+    .min = {.i = 0},
+    .max = {.i = INT32_MAX},
+};
+constexpr kreg_attr_desc kGmmConstantWeightsAttr = {
+    .struct_size = sizeof(kreg_attr_desc),
+    .name = "constant_weights",
+    .doc = "1: rhs is the same on every call with one prepared state (inference weights), so kernels may pack it "
+           "once in prepare",
+    .kind = KREG_ATTR_INT,
+    .default_value = {.i = 0},
+    .min = {.i = 0},
+    .max = {.i = 1},
+};
+constexpr const kreg_attr_desc* kGmmAttrs[] = {&kGmmTransposeRhsAttr, &kGmmGroupOffsetAttr, &kGmmConstantWeightsAttr};
 
 constexpr kreg_tolerance kGmmOutF32 = {
     .struct_size = sizeof(kreg_tolerance), .dtype = KREG_DTYPE_F32, .atol = 1e-5, .rtol = 1e-5, .scale_dim = "k"};
@@ -74,11 +122,13 @@ constexpr kreg_tensor_desc kGmmLhsDesc = {
 constexpr kreg_tensor_desc kGmmRhsDesc = {
     .struct_size = sizeof(kreg_tensor_desc),
     .name = "rhs",
-    .doc = "one [k, n] matrix per group (expert weights)",
+    .doc = "one [k, n] matrix per local group (expert weights); [n, k] with transpose_rhs=1",
     .role = KREG_ROLE_IN,
     .dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16,
     .same_dtype_as = "lhs",
-    .shape = "groups,k,n",
+    .shape = "local_groups,k,n",
+    .alt_shape = "local_groups,n,k",
+    .alt_shape_attr = "transpose_rhs",
 };
 constexpr kreg_tensor_desc kGmmGroupSizesDesc = {
     .struct_size = sizeof(kreg_tensor_desc),
@@ -93,7 +143,7 @@ constexpr kreg_tensor_desc kGmmGroupSizesDesc = {
 constexpr kreg_tensor_desc kGmmOutDesc = {
     .struct_size = sizeof(kreg_tensor_desc),
     .name = "out",
-    .doc = "existing_out (or 0) plus each row times its group's rhs; rows past the groups: existing_out or 0",
+    .doc = "existing_out (or 0) plus each row of a local group times its rhs; other rows: existing_out or 0",
     .role = KREG_ROLE_OUT,
     .dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16,
     .shape = "m,n",
@@ -115,7 +165,11 @@ constexpr const kreg_tensor_desc* kGmmTensors[] = {&kGmmLhsDesc, &kGmmRhsDesc, &
 
 static_assert(sizeof kGmmDims / sizeof kGmmDims[0] == kGmmNumDims && Named(kGmmDims[kGmmM]->name, "m") &&
               Named(kGmmDims[kGmmK]->name, "k") && Named(kGmmDims[kGmmN]->name, "n") &&
-              Named(kGmmDims[kGmmGroups]->name, "groups"));
+              Named(kGmmDims[kGmmGroups]->name, "groups") && Named(kGmmDims[kGmmLocalGroups]->name, "local_groups"));
+static_assert(sizeof kGmmAttrs / sizeof kGmmAttrs[0] == kGmmNumAttrs &&
+              Named(kGmmAttrs[kGmmTransposeRhs]->name, "transpose_rhs") &&
+              Named(kGmmAttrs[kGmmGroupOffset]->name, "group_offset") &&
+              Named(kGmmAttrs[kGmmConstantWeights]->name, "constant_weights"));
 static_assert(sizeof kGmmTensors / sizeof kGmmTensors[0] == kGmmNumTensors &&
               Named(kGmmTensors[kGmmLhs]->name, "lhs") && Named(kGmmTensors[kGmmRhs]->name, "rhs") &&
               Named(kGmmTensors[kGmmGroupSizes]->name, "group_sizes") && Named(kGmmTensors[kGmmOut]->name, "out") &&
@@ -125,6 +179,7 @@ kreg_status ValidateGmm(const kreg_args* args, char* msg, size_t cap) {
   return Guarded(msg, cap, [&] {
     GroupedView v;
     if (!ViewGmm(args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
+    if (kreg_status s = ValidateLocalGroups(v, msg, cap); s != KREG_OK) return s;
     return ValidatePartition(args, v, msg, cap);
   });
 }
@@ -141,7 +196,25 @@ constexpr kreg_dim_desc kTgmmNDim = {
     .struct_size = sizeof(kreg_dim_desc), .name = "n", .doc = "columns of rhs and of each out[g]"};
 constexpr kreg_dim_desc kTgmmGroupsDim = {
     .struct_size = sizeof(kreg_dim_desc), .name = "groups", .doc = "groups (experts): the length of group_sizes"};
-constexpr const kreg_dim_desc* kTgmmDims[] = {&kTgmmKDim, &kTgmmMDim, &kTgmmNDim, &kTgmmGroupsDim};
+constexpr kreg_dim_desc kTgmmLocalGroupsDim = {
+    .struct_size = sizeof(kreg_dim_desc),
+    .name = "local_groups",
+    .doc = "groups this call computes (out's first dim), from group_offset on; default: groups",
+    .default_dim = "groups",
+};
+constexpr const kreg_dim_desc* kTgmmDims[] = {&kTgmmKDim, &kTgmmMDim, &kTgmmNDim, &kTgmmGroupsDim,
+                                              &kTgmmLocalGroupsDim};
+
+constexpr kreg_attr_desc kTgmmGroupOffsetAttr = {
+    .struct_size = sizeof(kreg_attr_desc),
+    .name = "group_offset",
+    .doc = "the first group computed: out[i] is group group_offset + i",
+    .kind = KREG_ATTR_INT,
+    .default_value = {.i = 0},
+    .min = {.i = 0},
+    .max = {.i = INT32_MAX},
+};
+constexpr const kreg_attr_desc* kTgmmAttrs[] = {&kTgmmGroupOffsetAttr};
 
 constexpr kreg_tolerance kTgmmOutF32 = {
     .struct_size = sizeof(kreg_tolerance), .dtype = KREG_DTYPE_F32, .atol = 1e-5, .rtol = 1e-5, .scale_dim = "m"};
@@ -182,10 +255,10 @@ constexpr kreg_tensor_desc kTgmmGroupSizesDesc = {
 constexpr kreg_tensor_desc kTgmmOutDesc = {
     .struct_size = sizeof(kreg_tensor_desc),
     .name = "out",
-    .doc = "per group, lhs[:, its rows] times rhs[its rows, :]; zeros for an empty group",
+    .doc = "per local group, lhs[:, its rows] times rhs[its rows, :]; zeros for an empty group",
     .role = KREG_ROLE_OUT,
     .dtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16,
-    .shape = "groups,k,n",
+    .shape = "local_groups,k,n",
     .tolerances = kTgmmOutTolerances,
     .num_tolerances = 2,
 };
@@ -193,7 +266,10 @@ constexpr const kreg_tensor_desc* kTgmmTensors[] = {&kTgmmLhsDesc, &kTgmmRhsDesc
 
 static_assert(sizeof kTgmmDims / sizeof kTgmmDims[0] == kTgmmNumDims && Named(kTgmmDims[kTgmmK]->name, "k") &&
               Named(kTgmmDims[kTgmmM]->name, "m") && Named(kTgmmDims[kTgmmN]->name, "n") &&
-              Named(kTgmmDims[kTgmmGroups]->name, "groups"));
+              Named(kTgmmDims[kTgmmGroups]->name, "groups") &&
+              Named(kTgmmDims[kTgmmLocalGroups]->name, "local_groups"));
+static_assert(sizeof kTgmmAttrs / sizeof kTgmmAttrs[0] == kTgmmNumAttrs &&
+              Named(kTgmmAttrs[kTgmmGroupOffset]->name, "group_offset"));
 static_assert(sizeof kTgmmTensors / sizeof kTgmmTensors[0] == kTgmmNumTensors &&
               Named(kTgmmTensors[kTgmmLhs]->name, "lhs") && Named(kTgmmTensors[kTgmmRhs]->name, "rhs") &&
               Named(kTgmmTensors[kTgmmGroupSizes]->name, "group_sizes") &&
@@ -203,6 +279,7 @@ kreg_status ValidateTgmm(const kreg_args* args, char* msg, size_t cap) {
   return Guarded(msg, cap, [&] {
     GroupedView v;
     if (!ViewTgmm(args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
+    if (kreg_status s = ValidateLocalGroups(v, msg, cap); s != KREG_OK) return s;
     return ValidatePartition(args, v, msg, cap);
   });
 }
@@ -217,6 +294,8 @@ const kreg_op_desc kGmmOp = {
     .num_dims = kGmmNumDims,
     .tensors = kGmmTensors,
     .num_tensors = kGmmNumTensors,
+    .attrs = kGmmAttrs,
+    .num_attrs = kGmmNumAttrs,
     .validate = ValidateGmm,
     .default_variants = kDefaultVariants,
     .num_default_variants = 1,
@@ -230,6 +309,8 @@ const kreg_op_desc kTgmmOp = {
     .num_dims = kTgmmNumDims,
     .tensors = kTgmmTensors,
     .num_tensors = kTgmmNumTensors,
+    .attrs = kTgmmAttrs,
+    .num_attrs = kTgmmNumAttrs,
     .validate = ValidateTgmm,
     .default_variants = kDefaultVariants,
     .num_default_variants = 1,

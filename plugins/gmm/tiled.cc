@@ -158,7 +158,6 @@ struct Src {
   const void* p = nullptr;
   int64_t ld = 0;
   bool bf16 = false, trans = false;
-  float At(int64_t r, int64_t c) const { return LoadAt(p, bf16, trans ? c * ld + r : r * ld + c); }
 };
 
 // One group's C[rows x n] = A[rows x depth] . B[depth x n].
@@ -330,16 +329,6 @@ struct Scratch {
   std::vector<uint8_t> row_wild, col_wild;
 };
 
-// An exact dot product in double, in the reference's order (products of
-// floats are exact in double; no FMA in this file's baseline code).
-double ExactDot(const Product& pr, int64_t i, int64_t j) {
-  double acc = 0.0;
-  for (int64_t p = 0; p < pr.depth; ++p) {
-    acc += static_cast<double>(pr.a.At(i, p)) * static_cast<double>(pr.b.At(p, j));
-  }
-  return acc;
-}
-
 // Rows of A packed at a time within a task (a multiple of every mr): with a
 // tk slice they stay in L2 beside B's slice.
 constexpr int64_t kBlockRows = 96;
@@ -395,6 +384,10 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
       } else {
         PackB(pr.b, p0, kc, task.c0, task.cols, nr, pairs, s.b.data(), s.col_wild.data());
       }
+      // The next slice of B is fetched from memory while this one computes
+      // (spread over the first row block's panel).
+      const int64_t next = p0 + t.tk;
+      const bool fetch_next = packed == nullptr && next < pr.depth && !pr.b.trans;
       for (int64_t i0 = 0; i0 < task.rows; i0 += block) {
         const int64_t rows = std::min(block, task.rows - i0);
         PackA(pr.a, task.r0 + i0, rows, p0, kc, pairs, s.a.data(), lda * (pairs ? 2 : 1), &s.row_wild[i0]);
@@ -409,6 +402,13 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
         args.c = s.c.data() + i0 * ldc;
         args.ldc = ldc;
         args.accumulate = p0 > 0;
+        if (fetch_next && i0 == 0) {
+          const int elem = pr.b.bf16 ? 2 : 4;
+          args.prefetch = static_cast<const char*>(pr.b.p) + (next * pr.b.ld + task.c0) * elem;
+          args.prefetch_rows = std::min(t.tk, pr.depth - next);
+          args.prefetch_row_bytes = task.cols * elem;
+          args.prefetch_ld = pr.b.ld * elem;
+        }
         micro.panel(args);
       }
     }
@@ -418,10 +418,11 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
   });
 }
 
-// Stores a task's rows into out rows `row(i)`; wild outputs recomputed.
-template <typename OutRow, typename ExistingRow>
-void StoreTask(const Product& pr, const Task& task, const float* c, int64_t ldc, const uint8_t* row_wild,
-               const uint8_t* col_wild, bool out_bf16, OutRow&& out_row, ExistingRow&& existing_row) {
+// Stores a task's rows into out rows out_row(i) (+ existing_row(i) when not
+// NULL); wild outputs are exact(i, j), the reference's double sum.
+template <typename OutRow, typename ExistingRow, typename Exact>
+void StoreTask(const Task& task, const float* c, int64_t ldc, const uint8_t* row_wild, const uint8_t* col_wild,
+               bool out_bf16, OutRow&& out_row, ExistingRow&& existing_row, Exact&& exact) {
   bool any_col = false;
   for (int64_t j = 0; j < task.cols; ++j) any_col |= col_wild[j] != 0;
   for (int64_t i = 0; i < task.rows; ++i) {
@@ -446,7 +447,7 @@ void StoreTask(const Product& pr, const Task& task, const float* c, int64_t ldc,
     }
     for (int64_t j = 0; j < task.cols; ++j) {
       if (row_wild[i] | col_wild[j]) {
-        double d = ExactDot(pr, task.r0 + i, task.c0 + j);
+        double d = exact(task.r0 + i, task.c0 + j);
         if (e != nullptr) d += LoadAt(e, out_bf16, j);
         StoreDouble(o, out_bf16, j, d);
       } else {
@@ -458,20 +459,12 @@ void StoreTask(const Product& pr, const Task& task, const float* c, int64_t ldc,
 
 // ---- gmm ---------------------------------------------------------------------------
 
-// The local groups of a call: [offset, offset + count) of group_sizes, rhs
-// indexed from 0.
-struct Locals {
-  int64_t offset = 0, count = 0;
-  bool trans = false;
-};
-Locals GmmLocals(const GroupedView& v) { return {0, v.groups, false}; }
-Locals TgmmLocals(const GroupedView& v) { return {0, v.groups, false}; }
-
-Src GmmRhsSrc(const GroupedView& v, const Locals& l, int64_t local) {
-  return {Advance(Base(v.rhs), v.in_bf16, local * Stride(v.rhs, 0)), Stride(v.rhs, 1), v.in_bf16, l.trans};
+// Local group `local`'s rhs as a [k, n] source (transposed in memory with
+// transpose_rhs).
+Src GmmRhsSrc(const GroupedView& v, int64_t local) {
+  const Mat m = GmmRhs(v, local);
+  return {m.p, m.ld, m.bf16, v.transpose_rhs};
 }
-
-bool ConstantWeights(const kreg_args*) { return false; }
 
 kreg_status GmmCheck(const kreg_config* config, const kreg_args* args, const kreg_host* host, char* msg, size_t cap) {
   return Guarded(msg, cap, [&]() -> kreg_status {
@@ -489,23 +482,22 @@ kreg_status GmmPrepare(const kreg_config* config, const kreg_args* args, const k
     *state = nullptr;
     GroupedView v;
     if (!ViewGmm(args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
-    if (!ConstantWeights(args)) return KREG_OK;
+    if (!v.constant_weights) return KREG_OK;
     auto w = std::make_unique<PackedWeights>();
     if (kreg_status s = ReadConfig(config, v.in_bf16, &w->t, msg, cap); s != KREG_OK) return s;
-    const Locals l = GmmLocals(v);
     const int nr = w->t.micro->nr;
     const bool pairs = w->t.micro->bf16_pairs;
     w->depth = v.k;
     w->n = v.n;
     w->n_pad = (v.n + nr - 1) / nr * nr;
-    w->groups.resize(l.count);
-    w->wild.assign(l.count * v.n, 0);
+    w->groups.resize(v.local_groups);
+    w->wild.assign(v.local_groups * v.n, 0);
     const int64_t elems = PackedKc(v.k, pairs) * w->n_pad;
     for (auto& g : w->groups) g.reset(new char[std::max<int64_t>(elems, 1) * ElemBytes(pairs)]);
     // One group per task: its slices and wild flags are that task's alone.
-    kreg_status status = ParallelFor(l.count, host, [&](int64_t g) {
+    kreg_status status = ParallelFor(v.local_groups, host, [&](int64_t g) {
       for (int64_t p0 = 0; p0 < v.k; p0 += w->t.tk) {
-        PackB(GmmRhsSrc(v, l, g), p0, std::min(w->t.tk, v.k - p0), 0, v.n, nr, pairs,
+        PackB(GmmRhsSrc(v, g), p0, std::min(w->t.tk, v.k - p0), 0, v.n, nr, pairs,
               const_cast<void*>(w->Slice(g, p0, 0)), &w->wild[g * v.n]);
       }
     });
@@ -526,18 +518,17 @@ kreg_status GmmRun(const kreg_config* config, const kreg_args* args, void* state
     Tiling t;
     if (kreg_status s = ReadConfig(config, v.in_bf16, &t, msg, cap); s != KREG_OK) return s;
     const PackedWeights* packed = static_cast<const PackedWeights*>(state);
-    const Locals l = GmmLocals(v);
     const std::vector<int64_t> starts = GroupStarts(v);
     const Mat lhs = GmmLhs(v);
     const OutMat out = GmmOut(v);
     std::vector<Product> products;
-    for (int64_t g = l.offset; g < l.offset + l.count; ++g) {
+    for (int64_t g = v.group_offset; g < v.group_offset + v.local_groups; ++g) {
       Product pr;
       pr.rows = starts[g + 1] - starts[g];
       pr.depth = v.k;
       pr.a = {lhs.Row(starts[g]), lhs.ld, v.in_bf16, false};
-      pr.b = GmmRhsSrc(v, l, g - l.offset);
-      pr.local = g - l.offset;
+      pr.b = GmmRhsSrc(v, g - v.group_offset);
+      pr.local = g - v.group_offset;
       pr.first = starts[g];
       if (pr.rows > 0) products.push_back(pr);
     }
@@ -545,14 +536,16 @@ kreg_status GmmRun(const kreg_config* config, const kreg_args* args, void* state
     kreg_status status = RunProducts(
         products, v.n, t, packed, host,
         [&](const Product& pr, const Task& task, const float* c, int64_t ldc, const uint8_t* rw, const uint8_t* cw) {
+          const Mat rhs = GmmRhs(v, pr.local);
           StoreTask(
-              pr, task, c, ldc, rw, cw, out.bf16, [&](int64_t i) { return out.Row(pr.first + i); },
-              [&](int64_t i) { return v.existing != nullptr ? existing.Row(pr.first + i) : nullptr; });
+              task, c, ldc, rw, cw, out.bf16, [&](int64_t i) { return out.Row(pr.first + i); },
+              [&](int64_t i) { return v.existing != nullptr ? existing.Row(pr.first + i) : nullptr; },
+              [&](int64_t i, int64_t j) { return GmmDot(lhs, pr.first + i, rhs, j, v.k, v.transpose_rhs); });
         });
     if (status != KREG_OK) return Finish(status, msg, cap);
 
     // Rows no local group covers: existing_out, or zeros.
-    const int64_t first = starts[l.offset], last = starts[l.offset + l.count];
+    const int64_t first = starts[v.group_offset], last = starts[v.group_offset + v.local_groups];
     status = ParallelFor(v.m - (last - first), host, [&](int64_t i) {
       const int64_t r = i < first ? i : last + (i - first);
       void* o = out.Row(r);
@@ -588,26 +581,29 @@ kreg_status TgmmRun(const kreg_config* config, const kreg_args* args, void*, voi
     if (kreg_status s = CheckCpu(args, host, msg, cap); s != KREG_OK) return s;
     Tiling t;
     if (kreg_status s = ReadConfig(config, v.in_bf16, &t, msg, cap); s != KREG_OK) return s;
-    const Locals l = TgmmLocals(v);
     const std::vector<int64_t> starts = GroupStarts(v);
     const Mat lhs = TgmmLhs(v), rhs = TgmmRhs(v);
     std::vector<Product> products;
-    for (int64_t g = l.offset; g < l.offset + l.count; ++g) {
+    for (int64_t g = v.group_offset; g < v.group_offset + v.local_groups; ++g) {
       Product pr;
       pr.rows = v.k;
       pr.depth = starts[g + 1] - starts[g];
       pr.a = {Advance(lhs.p, v.in_bf16, starts[g]), lhs.ld, v.in_bf16, false};
       pr.b = {rhs.Row(starts[g]), rhs.ld, v.in_bf16, false};
-      pr.local = g - l.offset;
+      pr.local = g - v.group_offset;
       products.push_back(pr);
     }
     return Finish(RunProducts(products, v.n, t, nullptr, host,
                               [&](const Product& pr, const Task& task, const float* c, int64_t ldc, const uint8_t* rw,
                                   const uint8_t* cw) {
                                 const OutMat out = TgmmOut(v, pr.local);
+                                const int64_t begin = starts[v.group_offset + pr.local];
                                 StoreTask(
-                                    pr, task, c, ldc, rw, cw, out.bf16, [&](int64_t i) { return out.Row(i); },
-                                    [](int64_t) -> const void* { return nullptr; });
+                                    task, c, ldc, rw, cw, out.bf16, [&](int64_t i) { return out.Row(i); },
+                                    [](int64_t) -> const void* { return nullptr; },
+                                    [&](int64_t i, int64_t j) {
+                                      return TgmmDot(lhs, i, rhs, j, begin, begin + pr.depth);
+                                    });
                               }),
                   msg, cap);
   });

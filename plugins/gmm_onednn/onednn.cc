@@ -2,13 +2,16 @@
 // plugins/gmm declares (see plugins/gmm/op.cc for tensors, dims and
 // semantics). Kernels only: the gmm plugin must be loaded for the ops.
 //
-// gmm:  per non-empty group g, one oneDNN matmul lhs[rows of g] [rows_g, k]
-//       x rhs[g] [k, n] -> out[rows of g] [rows_g, n] on the CPU engine.
-//       existing_out is copied into out's rows first and added by a post-op
-//       sum; rows past sum(group_sizes) are existing_out's or zeros.
-// tgmm: per non-empty group, lhs[:, rows of g] (a strided [k, rows_g] view,
-//       row stride m) x rhs[rows of g] [rows_g, n] -> out[g]; empty groups
-//       are zero-filled.
+// gmm:  per non-empty local group g (of [group_offset, group_offset +
+//       local_groups)), one oneDNN matmul lhs[rows of g] [rows_g, k] x
+//       rhs[g - group_offset] [k, n] -> out[rows of g] [rows_g, n] on the
+//       CPU engine; a transposed rhs ([n, k] in memory) is the same [k, n]
+//       weights with strides (1, row stride). existing_out is copied into
+//       out's rows first and added by a post-op sum; every other row (other
+//       groups', rows past sum(group_sizes)) is existing_out's or zeros.
+// tgmm: per non-empty local group g, lhs[:, rows of g] (a strided [k,
+//       rows_g] view, row stride m) x rhs[rows of g] [rows_g, n] ->
+//       out[g - group_offset]; empty groups are zero-filled.
 //
 // Primitives are built in prepare (which reads group_sizes: they are data),
 // one per distinct group size, and cached in the kernel's state; run builds
@@ -64,70 +67,27 @@ using namespace kreg::gmm;
 
 enum class Op { kGmm, kTgmm };
 
-// One call, viewed. gmm: lhs [m, k], rhs [groups, k, n], out [m, n];
-// tgmm: lhs [k, m], rhs [m, n], out [groups, k, n]. m is the grouped dim.
-struct View {
+// One call, viewed (common.h's GroupedView). gmm: lhs [m, k], rhs
+// [local_groups, k, n] (or [local_groups, n, k] transposed), out [m, n];
+// tgmm: lhs [k, m], rhs [m, n], out [local_groups, k, n]. m is the grouped
+// dim; groups are local indices below unless named global.
+struct View : GroupedView {
   Op op = Op::kGmm;
-  int64_t m = 0, k = 0, n = 0, groups = 0;
-  const DLTensor* lhs = nullptr;
-  const DLTensor* rhs = nullptr;
-  const DLTensor* group_sizes = nullptr;
-  const DLTensor* existing = nullptr;
-  DLTensor* out = nullptr;
-  bool in_bf16 = false, out_bf16 = false;
 
-  int32_t GroupSize(int64_t g) const {
-    return reinterpret_cast<const int32_t*>(Base(group_sizes))[g * Stride(group_sizes, 0)];
-  }
-  Mat Lhs() const { return {Base(lhs), Stride(lhs, 0), in_bf16}; }
-  // gmm: rhs[g]; tgmm: rhs (g ignored).
-  Mat Rhs(int64_t g) const {
-    if (op == Op::kTgmm) return {Base(rhs), Stride(rhs, 0), in_bf16};
-    return {Advance(Base(rhs), in_bf16, g * Stride(rhs, 0)), Stride(rhs, 1), in_bf16};
-  }
-  Mat Existing() const { return {Base(existing), Stride(existing, 0), out_bf16}; }
-  // gmm: out; tgmm: out[g].
-  OutMat Out(int64_t g) const {
-    if (op == Op::kGmm) return {Base(out), Stride(out, 0), out_bf16};
-    return {Advance(Base(out), out_bf16, g * Stride(out, 0)), Stride(out, 1), out_bf16};
-  }
+  Mat Lhs() const { return op == Op::kGmm ? GmmLhs(*this) : TgmmLhs(*this); }
+  // gmm: rhs[local] as it lies in memory ([k, n], or [n, k] transposed);
+  // tgmm: rhs (local ignored).
+  Mat Rhs(int64_t local) const { return op == Op::kGmm ? GmmRhs(*this, local) : TgmmRhs(*this); }
+  Mat Existing() const { return GmmExisting(*this); }
+  // gmm: out; tgmm: out[local].
+  OutMat Out(int64_t local) const { return op == Op::kGmm ? GmmOut(*this) : TgmmOut(*this, local); }
+  // The row count of local group `local` (global group group_offset + local).
+  int64_t Size(int64_t local) const { return GroupSize(group_offset + local); }
 };
 
 bool ViewArgs(Op op, const kreg_args* args, View* v, char* msg, size_t cap) {
-  const size_t num_tensors = op == Op::kGmm ? size_t{kGmmNumTensors} : size_t{kTgmmNumTensors};
-  if (args == nullptr || args->struct_size < KREG_ARGS_MIN_SIZE || args->num_tensors < num_tensors ||
-      args->num_dims < 4 || args->tensors == nullptr || args->dims == nullptr || args->tensors[0] == nullptr ||
-      args->tensors[1] == nullptr || args->tensors[2] == nullptr || args->tensors[3] == nullptr) {
-    std::snprintf(msg, cap, "args are not those of op %s", op == Op::kGmm ? "gmm" : "tgmm");
-    return false;
-  }
   v->op = op;
-  if (op == Op::kGmm) {
-    v->m = args->dims[kGmmM];
-    v->k = args->dims[kGmmK];
-    v->n = args->dims[kGmmN];
-    v->groups = args->dims[kGmmGroups];
-    v->existing = args->tensors[kGmmExistingOut];
-  } else {
-    v->m = args->dims[kTgmmM];
-    v->k = args->dims[kTgmmK];
-    v->n = args->dims[kTgmmN];
-    v->groups = args->dims[kTgmmGroups];
-  }
-  // Same tensor positions for both ops: lhs, rhs, group_sizes, out.
-  v->lhs = args->tensors[0];
-  v->rhs = args->tensors[1];
-  v->group_sizes = args->tensors[2];
-  v->out = args->tensors[3];
-  v->in_bf16 = IsBf16(v->lhs);
-  v->out_bf16 = IsBf16(v->out);
-  return true;
-}
-
-std::vector<int64_t> GroupStarts(const View& v) {
-  std::vector<int64_t> starts(v.groups + 1, 0);
-  for (int64_t g = 0; g < v.groups; ++g) starts[g + 1] = starts[g] + v.GroupSize(g);
-  return starts;
+  return op == Op::kGmm ? ViewGmm(args, v, msg, cap) : ViewTgmm(args, v, msg, cap);
 }
 
 template <typename Body>
@@ -232,7 +192,9 @@ struct State {
     Prim p;
     if (v.op == Op::kGmm) {
       p.src = memory::desc({rows, v.k}, in, memory::dims{widen ? v.k : Stride(v.lhs, 0), 1});
-      p.wei = memory::desc({v.k, v.n}, in, memory::dims{widen ? v.n : Stride(v.rhs, 1), 1});
+      // A transposed rhs: the [k, n] weights column-major, each column a row of [n, k].
+      p.wei = v.transpose_rhs ? memory::desc({v.k, v.n}, in, memory::dims{1, widen ? v.k : Stride(v.rhs, 1)})
+                              : memory::desc({v.k, v.n}, in, memory::dims{widen ? v.n : Stride(v.rhs, 1), 1});
       p.dst = direct ? memory::desc({rows, v.n}, out, memory::dims{Stride(v.out, 0), 1})
                      : memory::desc({rows, v.n}, out, memory::dims{v.n, 1});
     } else {
@@ -253,7 +215,7 @@ struct State {
   }
 };
 
-// Group sizes with rows and work (k, n > 0 for gmm; k, n > 0 for tgmm).
+// Whether the matmuls have anything to compute (k, n > 0).
 bool HasWork(const View& v) { return v.k > 0 && v.n > 0; }
 
 std::unique_ptr<State> Build(Op op, const View& v) {
@@ -262,8 +224,8 @@ std::unique_ptr<State> Build(Op op, const View& v) {
   if (!HasWork(v)) return state;
   int64_t max_rows = 0;
   std::vector<int64_t> sizes;
-  for (int64_t g = 0; g < v.groups; ++g) {
-    const int64_t rows = v.GroupSize(g);
+  for (int64_t l = 0; l < v.local_groups; ++l) {
+    const int64_t rows = v.Size(l);
     if (rows > 0) sizes.push_back(rows);
     max_rows = std::max(max_rows, rows);
   }
@@ -338,16 +300,18 @@ void Release(void* state) { delete static_cast<State*>(state); }
 
 kreg_status GmmRun(const View& v, State& s, const kreg_host* host) {
   const std::vector<int64_t> starts = GroupStarts(v);
-  const int64_t total = HasWork(v) ? starts[v.groups] : 0;  // rows the matmuls write
+  // The local groups' rows [first, first + total) are the rows the matmuls write.
+  const int64_t first = starts[v.group_offset];
+  const int64_t total = HasWork(v) ? starts[v.group_offset + v.local_groups] - first : 0;
+  const int64_t groups = v.local_groups;
   const Mat lhs = v.Lhs();
   const OutMat out = v.Out(0);
   const size_t row_bytes = static_cast<size_t>(v.n) * (v.out_bf16 ? 2 : 4);
 
   // Rows no matmul writes: existing_out, or zeros. With the post-op sum, the
   // grouped rows start as existing_out too.
-  const int64_t copy_from = s.sum ? 0 : total;
-  kreg_status status = ParallelFor(v.m - copy_from, host, [&](int64_t i) {
-    const int64_t r = copy_from + i;
+  kreg_status status = ParallelFor(v.m, host, [&](int64_t r) {
+    if (!s.sum && r >= first && r < first + total) return;
     if (v.existing != nullptr) {
       std::memmove(out.Row(r), v.Existing().Row(r), row_bytes);
     } else {
@@ -356,41 +320,50 @@ kreg_status GmmRun(const View& v, State& s, const kreg_host* host) {
   }, 16);
   if (status != KREG_OK || total == 0) return status;
 
-  // Wild lhs rows; wild rhs columns per non-empty group (a cheap whole-matrix
-  // scan first, columns only where it finds one).
-  std::vector<uint8_t> lhs_wild(total), rhs_row_wild(v.groups * v.k, 0), rhs_any(v.groups, 0), rhs_wild;
-  status = ParallelFor(total, host, [&](int64_t r) { lhs_wild[r] = AnyWild(lhs.Row(r), v.in_bf16, 0, v.k); }, 16);
+  // Wild lhs rows; wild rhs columns per non-empty local group. rhs is
+  // scanned by its rows in memory: transposed, those are its columns;
+  // otherwise a cheap scan first, columns only where it finds one.
+  const int64_t rhs_rows = v.transpose_rhs ? v.n : v.k, rhs_cols = v.transpose_rhs ? v.k : v.n;
+  std::vector<uint8_t> lhs_wild(total), rhs_row_wild(groups * rhs_rows, 0), rhs_any(groups, 0), rhs_wild;
+  status = ParallelFor(total, host, [&](int64_t i) {
+    lhs_wild[i] = AnyWild(lhs.Row(first + i), v.in_bf16, 0, v.k);
+  }, 16);
   if (status != KREG_OK) return status;
-  status = ParallelFor(v.groups * v.k, host, [&](int64_t gp) {
-    const int64_t g = gp / v.k, p = gp % v.k;
-    if (starts[g + 1] != starts[g]) rhs_row_wild[gp] = AnyWild(v.Rhs(g).Row(p), v.in_bf16, 0, v.n);
+  status = ParallelFor(groups * rhs_rows, host, [&](int64_t lp) {
+    const int64_t l = lp / rhs_rows, p = lp % rhs_rows;
+    if (v.Size(l) != 0) rhs_row_wild[lp] = AnyWild(v.Rhs(l).Row(p), v.in_bf16, 0, rhs_cols);
   }, 64);
   if (status != KREG_OK) return status;
-  for (int64_t g = 0; g < v.groups; ++g) {
-    rhs_any[g] = std::find(&rhs_row_wild[g * v.k], &rhs_row_wild[g * v.k] + v.k, 1) != &rhs_row_wild[g * v.k] + v.k;
+  for (int64_t l = 0; l < groups; ++l) {
+    const uint8_t* flags = &rhs_row_wild[l * rhs_rows];
+    rhs_any[l] = std::find(flags, flags + rhs_rows, 1) != flags + rhs_rows;
   }
   if (std::find(rhs_any.begin(), rhs_any.end(), 1) != rhs_any.end()) {
-    rhs_wild.assign(v.groups * v.n, 0);
-    status = ParallelFor(v.groups, host, [&](int64_t g) {
-      if (!rhs_any[g]) return;
-      const Mat rhs = v.Rhs(g);
-      for (int64_t p = 0; p < v.k; ++p) OrWild(&rhs_wild[g * v.n], rhs.Row(p), v.in_bf16, v.n);
-    });
-    if (status != KREG_OK) return status;
+    if (v.transpose_rhs) {
+      rhs_wild = std::move(rhs_row_wild);  // already per column
+    } else {
+      rhs_wild.assign(groups * v.n, 0);
+      status = ParallelFor(groups, host, [&](int64_t l) {
+        if (!rhs_any[l]) return;
+        const Mat rhs = v.Rhs(l);
+        for (int64_t p = 0; p < v.k; ++p) OrWild(&rhs_wild[l * v.n], rhs.Row(p), v.in_bf16, v.n);
+      });
+      if (status != KREG_OK) return status;
+    }
   }
 
-  for (int64_t g = 0; g < v.groups; ++g) {
-    const int64_t r0 = starts[g], rows = starts[g + 1] - r0;
+  for (int64_t l = 0; l < groups; ++l) {
+    const int64_t r0 = starts[v.group_offset + l], rows = v.Size(l);
     if (rows == 0) continue;
     if (Cancelled(host)) return KREG_CANCELLED;
-    const Mat rhs = v.Rhs(g);
+    const Mat rhs = v.Rhs(l);
     const Prim& p = s.Get(v, rows);
     const void* src = lhs.Row(r0);
     const void* wei = rhs.p;
     if (s.widen) {
       const Mat a = {src, lhs.ld, true};
       if ((status = Widen(a, rows, v.k, s.lhs_buf.data(), host)) != KREG_OK) return status;
-      if ((status = Widen(rhs, v.k, v.n, s.rhs_buf.data(), host)) != KREG_OK) return status;
+      if ((status = Widen(rhs, rhs_rows, rhs_cols, s.rhs_buf.data(), host)) != KREG_OK) return status;
       src = s.lhs_buf.data();
       wei = s.rhs_buf.data();
     }
@@ -398,16 +371,17 @@ kreg_status GmmRun(const View& v, State& s, const kreg_host* host) {
       ThreadScope threads(host);
       Execute(s, p, src, wei, s.direct ? out.Row(r0) : static_cast<void*>(s.scratch.data()));
     }
-    const uint8_t* col_wild = rhs_any[g] ? &rhs_wild[g * v.n] : nullptr;
+    const uint8_t* col_wild = rhs_any[l] ? &rhs_wild[l * v.n] : nullptr;
     // Fix-up: wild outputs in double; without direct output, every output.
     status = ParallelFor(rows, host, [&](int64_t i) {
       const int64_t r = r0 + i;
-      if (s.direct && !lhs_wild[r] && col_wild == nullptr) return;
+      const bool row_wild = lhs_wild[r - first] != 0;
+      if (s.direct && !row_wild && col_wild == nullptr) return;
       void* o = out.Row(r);
       const void* e = v.existing != nullptr ? v.Existing().Row(r) : nullptr;
       for (int64_t c = 0; c < v.n; ++c) {
-        if (lhs_wild[r] || (col_wild != nullptr && col_wild[c])) {
-          double d = GmmDot(lhs, r, rhs, c, v.k);
+        if (row_wild || (col_wild != nullptr && col_wild[c])) {
+          double d = GmmDot(lhs, r, rhs, c, v.k, v.transpose_rhs);
           if (e != nullptr) d += LoadAt(e, v.out_bf16, c);
           StoreDouble(o, v.out_bf16, c, d);
         } else if (!s.direct) {
@@ -425,26 +399,30 @@ kreg_status GmmRun(const View& v, State& s, const kreg_host* host) {
 kreg_status TgmmRun(const View& v, State& s, const kreg_host* host) {
   if (v.k == 0 || v.n == 0) return KREG_OK;
   const std::vector<int64_t> starts = GroupStarts(v);
+  const int64_t groups = v.local_groups;
   const Mat lhs = v.Lhs(), rhs = v.Rhs(0);
   const size_t row_bytes = static_cast<size_t>(v.n) * (v.out_bf16 ? 2 : 4);
 
-  // Wild lhs rows (over each group's columns) and rhs columns (over each
-  // group's rows), per group.
-  std::vector<uint8_t> lhs_wild(v.groups * v.k), rhs_wild(v.groups * v.n, 0);
+  // Wild lhs rows (over each local group's columns) and rhs columns (over
+  // each local group's rows), per local group.
+  std::vector<uint8_t> lhs_wild(groups * v.k), rhs_wild(groups * v.n, 0);
   kreg_status status = ParallelFor(v.k, host, [&](int64_t i) {
-    for (int64_t g = 0; g < v.groups; ++g) {
-      lhs_wild[g * v.k + i] = AnyWild(lhs.Row(i), v.in_bf16, starts[g], starts[g + 1]);
+    for (int64_t l = 0; l < groups; ++l) {
+      const int64_t g = v.group_offset + l;
+      lhs_wild[l * v.k + i] = AnyWild(lhs.Row(i), v.in_bf16, starts[g], starts[g + 1]);
     }
   });
   if (status != KREG_OK) return status;
-  status = ParallelFor(v.groups, host, [&](int64_t g) {
-    for (int64_t r = starts[g]; r < starts[g + 1]; ++r) OrWild(&rhs_wild[g * v.n], rhs.Row(r), v.in_bf16, v.n);
+  status = ParallelFor(groups, host, [&](int64_t l) {
+    const int64_t g = v.group_offset + l;
+    for (int64_t r = starts[g]; r < starts[g + 1]; ++r) OrWild(&rhs_wild[l * v.n], rhs.Row(r), v.in_bf16, v.n);
   });
   if (status != KREG_OK) return status;
 
-  for (int64_t g = 0; g < v.groups; ++g) {
+  for (int64_t l = 0; l < groups; ++l) {
+    const int64_t g = v.group_offset + l;
     const int64_t r0 = starts[g], rows = starts[g + 1] - r0;
-    const OutMat out = v.Out(g);
+    const OutMat out = v.Out(l);
     if (Cancelled(host)) return KREG_CANCELLED;
     if (rows == 0) {
       for (int64_t i = 0; i < v.k; ++i) std::memset(out.Row(i), 0, row_bytes);
@@ -463,8 +441,8 @@ kreg_status TgmmRun(const View& v, State& s, const kreg_host* host) {
       ThreadScope threads(host);
       Execute(s, p, src, wei, s.direct ? out.p : static_cast<void*>(s.scratch.data()));
     }
-    const uint8_t* row_wild = &lhs_wild[g * v.k];
-    const uint8_t* col_wild = &rhs_wild[g * v.n];
+    const uint8_t* row_wild = &lhs_wild[l * v.k];
+    const uint8_t* col_wild = &rhs_wild[l * v.n];
     const bool any_col = std::find(col_wild, col_wild + v.n, 1) != col_wild + v.n;
     status = ParallelFor(v.k, host, [&](int64_t i) {
       if (s.direct && !row_wild[i] && !any_col) return;

@@ -137,7 +137,15 @@ absl::StatusOr<std::shared_ptr<const Op>> Op::Read(const kreg_op_desc& d,
       return in(absl::StrCat("dim ", i, " has a bad or repeated name"));
     }
     names.emplace_back(dim->name);
-    op->dims_.push_back({dim->name, dim->doc ? dim->doc : "", dim->max > 0 ? dim->max : INT64_MAX});
+    DimInfo info{dim->name, dim->doc ? dim->doc : "", dim->max > 0 ? dim->max : INT64_MAX};
+    if (KREG_HAS_FIELD(dim, kreg_dim_desc, default_dim) && dim->default_dim != nullptr) {
+      // Earlier dims only: defaults resolve in one pass, and never in a cycle.
+      info.default_dim = op->FindDim(dim->default_dim);
+      if (info.default_dim < 0) {
+        return in(absl::StrCat("dim '", dim->name, "': default_dim '", dim->default_dim, "' is not an earlier dim"));
+      }
+    }
+    op->dims_.push_back(std::move(info));
   }
   if (d.num_attrs > 0 && d.attrs == nullptr) return in("attrs is NULL");
   for (size_t i = 0; i < d.num_attrs; ++i) {
@@ -183,10 +191,25 @@ absl::StatusOr<std::shared_ptr<const Op>> Op::Read(const kreg_op_desc& d,
       if (info.same_dtype_as < 0) return tin(absl::StrCat("same_dtype_as '", t->same_dtype_as, "' is not an earlier tensor"));
     }
     if (t->shape == nullptr) return tin("shape is NULL");
-    for (absl::string_view dim : absl::StrSplit(t->shape, ',', absl::SkipWhitespace())) {
-      const int index = op->FindDim(absl::StripAsciiWhitespace(dim));
-      if (index < 0) return tin(absl::StrCat("shape names '", dim, "', which is not a dim of the op"));
-      info.shape.push_back(index);
+    auto read_shape = [&](const char* text, std::vector<int>* shape) -> absl::Status {
+      for (absl::string_view dim : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+        const int index = op->FindDim(absl::StripAsciiWhitespace(dim));
+        if (index < 0) return tin(absl::StrCat("shape names '", dim, "', which is not a dim of the op"));
+        shape->push_back(index);
+      }
+      return absl::OkStatus();
+    };
+    if (absl::Status s = read_shape(t->shape, &info.shape); !s.ok()) return s;
+    if (KREG_HAS_FIELD(t, kreg_tensor_desc, alt_shape_attr) &&
+        (t->alt_shape != nullptr || t->alt_shape_attr != nullptr)) {
+      if (t->alt_shape == nullptr || t->alt_shape_attr == nullptr) {
+        return tin("alt_shape and alt_shape_attr go together");
+      }
+      info.alt_shape_attr = op->FindAttr(t->alt_shape_attr);
+      if (info.alt_shape_attr < 0 || op->attrs_[info.alt_shape_attr].is_float) {
+        return tin(absl::StrCat("alt_shape_attr '", t->alt_shape_attr, "' is not an integer attribute of the op"));
+      }
+      if (absl::Status s = read_shape(t->alt_shape, &info.alt_shape); !s.ok()) return s;
     }
     if (KREG_HAS_FIELD(t, kreg_tensor_desc, gen_dim)) {
       if (t->gen > KREG_GEN_RANGE_END) return tin(absl::StrCat("unknown generator ", t->gen));
@@ -194,7 +217,8 @@ absl::StatusOr<std::shared_ptr<const Op>> Op::Read(const kreg_op_desc& d,
       if (info.gen != KREG_GEN_VALUES) {
         info.gen_dim = t->gen_dim ? op->FindDim(t->gen_dim) : -1;
         if (info.gen_dim < 0) return tin("its generator needs gen_dim, a dim of the op");
-        if (info.dtypes != KREG_DTYPE_I32 || info.shape.size() != 1) {
+        if (info.dtypes != KREG_DTYPE_I32 || info.shape.size() != 1 ||
+            (info.alt_shape_attr >= 0 && info.alt_shape.size() != 1)) {
           return tin("partition and range generators make 1-D int32 tensors");
         }
       }
@@ -264,15 +288,30 @@ std::string Op::DefaultVariant(const kreg_args& args, const kreg_host& host) con
   return name != nullptr && IsIdentifier(name) ? name : "";
 }
 
+std::string Op::DimNames(const std::vector<int>& shape) const {
+  std::vector<absl::string_view> names;
+  for (int i : shape) names.push_back(dims_[i].name);
+  return absl::StrCat("[", absl::StrJoin(names, ","), "]");
+}
+
+std::string Op::AltShapeNote(const TensorInfo& t, const kreg_scalar* attrs) const {
+  if (t.alt_shape_attr < 0) return "";
+  return absl::StrCat(" (", t.name, " is ", DimNames(t.ShapeUnder(attrs)), " with ", attrs_[t.alt_shape_attr].name, "=",
+                      attrs[t.alt_shape_attr].i, ")");
+}
+
 std::string Op::Describe() const {
   std::vector<std::string> dims, tensors, attrs;
-  for (const DimInfo& d : dims_) dims.push_back(d.name);
+  for (const DimInfo& d : dims_) {
+    dims.push_back(d.default_dim < 0 ? d.name : absl::StrCat(d.name, " (default ", dims_[d.default_dim].name, ")"));
+  }
   for (const TensorInfo& t : tensors_) {
-    std::vector<absl::string_view> shape;
-    for (int i : t.shape) shape.push_back(dims_[i].name);
     const char* role = t.role == KREG_ROLE_IN ? "in" : t.role == KREG_ROLE_OUT ? "out" : "in-out";
-    tensors.push_back(absl::StrCat(t.name, " [", absl::StrJoin(shape, ","), "] ", DTypeSetString(t.dtypes), " ",
-                                   role, t.optional ? ", optional" : ""));
+    const std::string alt = t.alt_shape_attr < 0 ? ""
+                                                 : absl::StrCat(" (", attrs_[t.alt_shape_attr].name, "!=0: ",
+                                                                DimNames(t.alt_shape), ")");
+    tensors.push_back(absl::StrCat(t.name, " ", DimNames(t.shape), alt, " ", DTypeSetString(t.dtypes), " ", role,
+                                   t.optional ? ", optional" : ""));
   }
   for (const AttrInfo& a : attrs_) {
     attrs.push_back(absl::StrCat(a.name, "=", a.is_float ? absl::StrCat(a.default_value.f)
@@ -362,6 +401,13 @@ absl::Status Op::CheckComplete(const Values& values) const {
   return absl::OkStatus();
 }
 
+absl::Status Op::Complete(Values* values) const {
+  for (size_t i = 0; i < dims_.size(); ++i) {
+    if (values->dims[i] < 0 && dims_[i].default_dim >= 0) values->dims[i] = values->dims[dims_[i].default_dim];
+  }
+  return CheckComplete(*values);
+}
+
 Dims Op::KeyDims(const Values& values) const {
   Dims out;
   for (size_t i = 0; i < dims_.size(); ++i) out.emplace_back(dims_[i].name, values.dims[i]);
@@ -415,6 +461,10 @@ absl::StatusOr<TensorTypes> Op::ResolveTypes(const std::map<std::string, DType>&
       if (!types[i] || !(t.dtypes & DTypeBit(*types[i]))) {
         return bad(absl::StrCat("tensor '", t.name, "' must have the dtype of '", tensors_[t.same_dtype_as].name,
                                 "', which it does not allow"));
+      }
+      if (auto g = given.find(t.name); g != given.end() && g->second != *types[i]) {
+        return bad(absl::StrCat("input '", t.name, "' holds ", DTypeName(g->second), " but must have the dtype of '",
+                                tensors_[t.same_dtype_as].name, "' (", DTypeName(*types[i]), ")"));
       }
     } else if (auto g = given.find(t.name); g != given.end()) {
       if (!(t.dtypes & DTypeBit(g->second))) {
@@ -473,21 +523,23 @@ absl::Status Op::DimsFromInputs(const std::map<std::string, const Tensor*>& give
     const int t = FindTensor(name);
     if (t < 0) continue;  // ResolveTypes names it
     const TensorInfo& info = tensors_[t];
-    if (tensor->shape().size() != info.shape.size()) {
+    const std::vector<int>& shape = info.ShapeUnder(values->attrs.data());
+    const std::string layout = AltShapeNote(info, values->attrs.data());
+    if (tensor->shape().size() != shape.size()) {
       return absl::InvalidArgumentError(absl::StrCat(name_, ": input '", name, "' has shape ", tensor->ShapeString(),
-                                                     ", expected ", info.shape.size(), " dimensions"));
+                                                     ", expected ", shape.size(), " dimensions", layout));
     }
-    for (size_t j = 0; j < info.shape.size(); ++j) {
-      int64_t& dim = values->dims[info.shape[j]];
+    for (size_t j = 0; j < shape.size(); ++j) {
+      int64_t& dim = values->dims[shape[j]];
       const int64_t got = tensor->shape()[j];
       if (dim >= 0 && dim != got) {
         return absl::InvalidArgumentError(absl::StrCat(name_, ": input '", name, "' has shape ",
-                                                       tensor->ShapeString(), " but ", dims_[info.shape[j]].name,
-                                                       "=", dim));
+                                                       tensor->ShapeString(), " but ", dims_[shape[j]].name, "=", dim,
+                                                       layout));
       }
-      if (got > dims_[info.shape[j]].max) {
-        return absl::InvalidArgumentError(absl::StrCat(name_, ": input '", name, "': ", dims_[info.shape[j]].name,
-                                                       "=", got, " exceeds its limit ", dims_[info.shape[j]].max));
+      if (got > dims_[shape[j]].max) {
+        return absl::InvalidArgumentError(absl::StrCat(name_, ": input '", name, "': ", dims_[shape[j]].name,
+                                                       "=", got, " exceeds its limit ", dims_[shape[j]].max));
       }
       dim = got;
     }
@@ -497,7 +549,7 @@ absl::Status Op::DimsFromInputs(const std::map<std::string, const Tensor*>& give
 
 std::vector<int64_t> Op::ShapeOf(int t, const Values& values) const {
   std::vector<int64_t> shape;
-  for (int d : tensors_[t].shape) shape.push_back(values.dims[d]);
+  for (int d : tensors_[t].ShapeUnder(values.attrs.data())) shape.push_back(values.dims[d]);
   return shape;
 }
 
@@ -546,16 +598,19 @@ absl::Status Op::Validate(const kreg_args& a) const {
     }
     types[i] = *dt;
     if (info.same_dtype_as >= 0 && types[info.same_dtype_as] != types[i]) {
-      return tbad(absl::StrCat("must have the dtype of ", tensors_[info.same_dtype_as].name));
+      const std::optional<DType>& other = types[info.same_dtype_as];
+      return tbad(absl::StrCat("is ", DTypeName(*dt), " but must have the dtype of ", tensors_[info.same_dtype_as].name,
+                               other ? absl::StrCat(" (", DTypeName(*other), ")") : std::string()));
     }
-    const int ndim = static_cast<int>(info.shape.size());
+    const std::vector<int>& shape = info.ShapeUnder(a.attrs);
+    const int ndim = static_cast<int>(shape.size());
     bool same = t->ndim == ndim && (ndim == 0 || t->shape != nullptr);
-    for (int j = 0; same && j < ndim; ++j) same = t->shape[j] == a.dims[info.shape[j]];
+    for (int j = 0; same && j < ndim; ++j) same = t->shape[j] == a.dims[shape[j]];
     if (!same) {
       std::vector<int64_t> want;
-      for (int dim : info.shape) want.push_back(a.dims[dim]);
+      for (int dim : shape) want.push_back(a.dims[dim]);
       return tbad(absl::StrCat("has shape ", t->shape ? ShapeText(t->shape, t->ndim) : "NULL", ", expected ",
-                               ShapeText(want.data(), ndim)));
+                               ShapeText(want.data(), ndim), AltShapeNote(info, a.attrs)));
     }
     int64_t numel = 1;
     for (int j = 0; j < ndim; ++j) numel *= t->shape[j];
@@ -622,14 +677,14 @@ absl::StatusOr<std::string> Op::DataClass(const kreg_args& args) const {
 }
 
 absl::Status Op::MakeShapeArgs(const Values& values, const TensorTypes& types, ShapeArgs* out) const {
-  if (absl::Status s = CheckComplete(values); !s.ok()) return s;
   out->values_ = values;
+  if (absl::Status s = Complete(&out->values_); !s.ok()) return s;
   out->shapes_.assign(tensors_.size(), {});
   out->tensors_.assign(tensors_.size(), DLTensor{});
   out->pointers_.assign(tensors_.size(), nullptr);
   for (size_t i = 0; i < tensors_.size(); ++i) {
     if (!types[i]) continue;
-    out->shapes_[i] = ShapeOf(static_cast<int>(i), values);
+    out->shapes_[i] = ShapeOf(static_cast<int>(i), out->values_);
     DLTensor& t = out->tensors_[i];
     t.data = kNoData;
     t.device = {kDLCPU, 0};

@@ -196,7 +196,7 @@ absl::StatusOr<std::unique_ptr<Problem>> Problem::Make(std::shared_ptr<const Op>
   absl::StatusOr<TensorTypes> types = op.ResolveTypes(options.dtypes, options.with, given_types);
   if (!types.ok()) return types.status();
   if (absl::Status s = op.DimsFromInputs(given, &values); !s.ok()) return s;
-  if (absl::Status s = op.CheckComplete(values); !s.ok()) return s;
+  if (absl::Status s = op.Complete(&values); !s.ok()) return s;
 
   // Every size is checked before anything is allocated.
   const auto& infos = op.tensors();

@@ -38,8 +38,7 @@ constexpr size_t kLeafSize = 32;   // k-d tree leaves hold at most this many ent
 absl::Status MakeShape(const Op& op, const TensorTypes& types, const Dims& dims, ShapeArgs* out) {
   absl::StatusOr<Values> values = op.ParseValues(dims);
   if (!values.ok()) return values.status();
-  if (absl::Status s = op.CheckComplete(*values); !s.ok()) return s;
-  return op.MakeShapeArgs(*values, types, out);
+  return op.MakeShapeArgs(*values, types, out);  // completes the dims (defaults), then checks
 }
 
 // Whether `config` is legal for the shape (validated when it was made).

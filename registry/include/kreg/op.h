@@ -5,6 +5,7 @@
 //   Validate     shapes, dtypes, strides, dim limits, attribute ranges, and
 //                the op's own validator, for any kreg_args;
 //   ParseValues  "batch=8,n=1000,largest=0" into dims and attributes;
+//   Complete     dims left out that default to another dim (default_dim);
 //   ResolveTypes which tensors a problem has and their dtypes;
 //   KeyOf        the tuning key of a call (dtype signature and key dims),
 //                from its arguments: tune, query and dispatch all use it;
@@ -52,6 +53,7 @@ class LoadedPlugin;
 struct DimInfo {
   std::string name, doc;
   int64_t max = INT64_MAX;
+  int default_dim = -1;  // index of an earlier dim whose value it takes when not given, or -1
 };
 
 struct Tolerance {
@@ -67,6 +69,10 @@ struct TensorInfo {
   uint32_t dtypes = 0;  // KREG_DTYPE_* bits
   int same_dtype_as = -1;  // index of an earlier tensor, or -1
   std::vector<int> shape;  // indices into dims
+  // The shape in force while INT attribute alt_shape_attr (an index into
+  // attrs, or -1 for none) is non-zero.
+  std::vector<int> alt_shape;
+  int alt_shape_attr = -1;
   kreg_gen gen = KREG_GEN_VALUES;
   int gen_dim = -1;
   std::vector<Tolerance> tolerances;
@@ -75,6 +81,10 @@ struct TensorInfo {
   // Free: its dtype is a choice (several allowed, not tied to another's).
   bool free_dtype() const;
   const Tolerance* ToleranceFor(DType dtype) const;
+  // Its shape (indices into dims) under the op's attribute values `attrs`.
+  const std::vector<int>& ShapeUnder(const kreg_scalar* attrs) const {
+    return alt_shape_attr >= 0 && attrs[alt_shape_attr].i != 0 ? alt_shape : shape;
+  }
 };
 
 struct AttrInfo {
@@ -142,7 +152,10 @@ class Op {
   const std::vector<std::string>& default_variants() const { return default_variants_; }
   // The op's own choice for shape-only `args` on `host`, or "" for none.
   std::string DefaultVariant(const kreg_args& args, const kreg_host& host) const;
-  // "dims batch, n, k; inputs input [batch,n] f32|bf16, ...": for help and errors.
+  // "dims batch, n, k; tensors input [batch,n] f32|bf16 in; ...": for help
+  // and errors. A dim with a default reads "local_groups (default groups)",
+  // a tensor with an alternative shape "rhs [g,k,n] (transpose_rhs!=0:
+  // [g,n,k]) ...".
   std::string Describe() const;
 
   // ---- Values
@@ -155,6 +168,10 @@ class Op {
   absl::StatusOr<Values> ParseValues(const Dims& dims) const;
   // InvalidArgument naming the first dim still -1.
   absl::Status CheckComplete(const Values& values) const;
+  // Gives each dim still -1 that has a default_dim that dim's value, then
+  // CheckComplete. Call it once every source of dims (the user's names,
+  // DimsFromInputs) has been read.
+  absl::Status Complete(Values* values) const;
   // The key dims of `values`: dims, then INT attributes differing from their
   // defaults.
   Dims KeyDims(const Values& values) const;
@@ -172,10 +189,12 @@ class Op {
                                            const std::map<std::string, DType>& given) const;
   // The tensor types an OpKey's dtype string names (its inverse).
   absl::StatusOr<TensorTypes> TypesFromKey(absl::string_view key_dtype) const;
-  // Fills the dims that given inputs' shapes determine; InvalidArgument when
-  // an input's rank or a dim disagrees.
+  // Fills the dims that given inputs' shapes determine (each input read by
+  // its shape under values->attrs); InvalidArgument when an input's rank or
+  // a dim disagrees.
   absl::Status DimsFromInputs(const std::map<std::string, const Tensor*>& given, Values* values) const;
-  // The shape of tensor `t` under complete `values`.
+  // The shape of tensor `t` under complete `values` (its alt_shape where its
+  // attribute says so).
   std::vector<int64_t> ShapeOf(int t, const Values& values) const;
 
   // ---- Arguments
@@ -192,7 +211,8 @@ class Op {
   // or for shape-only args).
   absl::StatusOr<std::string> DataClass(const kreg_args& args) const;
   bool has_data_class() const { return data_class_ != nullptr; }
-  // Shape-only arguments for complete `values` and `types`, validated.
+  // Shape-only arguments for `values` (completed: see Complete) and
+  // `types`, validated.
   absl::Status MakeShapeArgs(const Values& values, const TensorTypes& types, ShapeArgs* out) const;
 
   const kreg_op_desc& desc() const { return *desc_; }
@@ -206,6 +226,12 @@ class Op {
   std::vector<TensorInfo> tensors_;
   std::vector<AttrInfo> attrs_;
   std::vector<std::string> default_variants_;
+  // "[batch,n]": a shape's dim names.
+  std::string DimNames(const std::vector<int>& shape) const;
+  // For a tensor with an alt_shape: " (rhs is [groups,n,k] with
+  // transpose_rhs=1)", the layout in force under `attrs`; else "".
+  std::string AltShapeNote(const TensorInfo& t, const kreg_scalar* attrs) const;
+
   kreg_status (*validate_)(const kreg_args*, char*, size_t) = nullptr;
   kreg_status (*data_class_)(const kreg_args*, char*, size_t) = nullptr;
   const char* (*default_variant_)(const kreg_args*, const kreg_host*) = nullptr;

@@ -49,7 +49,11 @@
  *               they are in elements. Honour `byte_offset`.
  * Arguments.    kreg_args holds the op's tensors in the op's order (NULL for
  *               an absent optional tensor), the op's dims resolved to values
- *               in the op's order, and every attribute (defaults filled in).
+ *               in the op's order (a dim the user left out that has a
+ *               default_dim takes that dim's value), and every attribute
+ *               (defaults filled in). Each tensor has the shape its
+ *               descriptor's `shape` names, or `alt_shape` where that
+ *               tensor's alt_shape_attr is non-zero in these args.
  *               The host validates shapes, dtypes, strides, dims and
  *               attribute ranges, then calls the op's `validate`, before any
  *               kernel function sees the args. With KREG_ARGS_SHAPE_ONLY set
@@ -160,6 +164,11 @@ typedef struct kreg_dim_desc {
   const char* name; /* [a-z0-9_]+, unique within the op */
   const char* doc;  /* one line */
   int64_t max;      /* largest legal value; 0: INT64_MAX */
+  /* Optional. The name of an earlier dim whose value this one takes when
+   * the user gives it none (neither by name nor through an input's shape),
+   * e.g. "local_groups" defaulting to "groups". NULL: the dim must be
+   * given. */
+  const char* default_dim;
 } kreg_dim_desc;
 #define KREG_DIM_DESC_MIN_SIZE (offsetof(kreg_dim_desc, max) + sizeof(int64_t))
 
@@ -216,6 +225,13 @@ typedef struct kreg_tensor_desc {
   /* Outputs: per-dtype tolerances against the reference (none: exact). */
   const kreg_tolerance* const* tolerances;
   size_t num_tolerances;
+  /* Optional: a second shape, in force whenever the INT attribute named
+   * `alt_shape_attr` is non-zero in the call's args (e.g. "groups,n,k"
+   * under "transpose_rhs"), written as `shape` is; everything the host
+   * derives from a shape (checks, generated inputs, dims read from a
+   * user's arrays, shape-only args) then uses it. Both NULL, or both set. */
+  const char* alt_shape;
+  const char* alt_shape_attr;
 } kreg_tensor_desc;
 #define KREG_TENSOR_DESC_MIN_SIZE (offsetof(kreg_tensor_desc, shape) + sizeof(const char*))
 
