@@ -45,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -108,6 +109,24 @@ kreg_status Guarded(char* msg, size_t cap, Body&& body) noexcept {
 
 kreg_status Finish(kreg_status status, char* msg, size_t cap) {
   return status == KREG_OK ? KREG_OK : Fail(status, msg, cap, "cancelled");
+}
+
+// The plugin's own passes between matmuls run on oneDNN's runtime where it
+// is OpenMP: oneTBB workers woken between OpenMP regions would fight
+// oneDNN's still-spinning threads for the cores. fn must not throw.
+template <typename Fn>
+kreg_status RuntimeFor(int64_t count, const kreg_host* host, Fn&& fn, int64_t grain = 1) {
+#ifdef KREG_ONEDNN_OMP
+  (void)grain;
+  if (count <= 0) return KREG_OK;
+  if (Cancelled(host)) return KREG_CANCELLED;
+  const int threads = host != nullptr && host->num_threads > 0 ? host->num_threads : omp_get_max_threads();
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t i = 0; i < count; ++i) fn(i);
+  return KREG_OK;
+#else
+  return ParallelFor(count, host, std::forward<Fn>(fn), grain);
+#endif
 }
 
 // Sets the calling thread's OpenMP team size (oneDNN's) to the host's
@@ -258,7 +277,7 @@ std::unique_ptr<State> Build(Op op, const View& v) {
 
 // Widens rows x cols of `src` (bf16) into the compact f32 buffer `dst`.
 kreg_status Widen(const Mat& src, int64_t rows, int64_t cols, float* dst, const kreg_host* host) {
-  return ParallelFor(rows, host, [&](int64_t i) {
+  return RuntimeFor(rows, host, [&](int64_t i) {
     const uint16_t* p = static_cast<const uint16_t*>(src.Row(i));
     for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = Bf16ToFloat(p[j]);
   }, 16);
@@ -310,7 +329,7 @@ kreg_status GmmRun(const View& v, State& s, const kreg_host* host) {
 
   // Rows no matmul writes: existing_out, or zeros. With the post-op sum, the
   // grouped rows start as existing_out too.
-  kreg_status status = ParallelFor(v.m, host, [&](int64_t r) {
+  kreg_status status = RuntimeFor(v.m, host, [&](int64_t r) {
     if (!s.sum && r >= first && r < first + total) return;
     if (v.existing != nullptr) {
       std::memmove(out.Row(r), v.Existing().Row(r), row_bytes);
@@ -320,43 +339,34 @@ kreg_status GmmRun(const View& v, State& s, const kreg_host* host) {
   }, 16);
   if (status != KREG_OK || total == 0) return status;
 
-  // Wild lhs rows; wild rhs columns per non-empty local group. rhs is
-  // scanned by its rows in memory: transposed, those are its columns;
-  // otherwise a cheap scan first, columns only where it finds one.
+  // Wild lhs rows and rhs columns, found group by group just before the
+  // group's matmul, so its rhs is read from memory once (the matmul finds
+  // it in cache). rhs is scanned by its rows in memory: transposed, those
+  // are its columns; otherwise a cheap scan first, columns only where it
+  // finds one.
   const int64_t rhs_rows = v.transpose_rhs ? v.n : v.k, rhs_cols = v.transpose_rhs ? v.k : v.n;
-  std::vector<uint8_t> lhs_wild(total), rhs_row_wild(groups * rhs_rows, 0), rhs_any(groups, 0), rhs_wild;
-  status = ParallelFor(total, host, [&](int64_t i) {
+  std::vector<uint8_t> lhs_wild(total), rhs_row_wild(rhs_rows), rhs_wild(v.n);
+  status = RuntimeFor(total, host, [&](int64_t i) {
     lhs_wild[i] = AnyWild(lhs.Row(first + i), v.in_bf16, 0, v.k);
   }, 16);
   if (status != KREG_OK) return status;
-  status = ParallelFor(groups * rhs_rows, host, [&](int64_t lp) {
-    const int64_t l = lp / rhs_rows, p = lp % rhs_rows;
-    if (v.Size(l) != 0) rhs_row_wild[lp] = AnyWild(v.Rhs(l).Row(p), v.in_bf16, 0, rhs_cols);
-  }, 64);
-  if (status != KREG_OK) return status;
-  for (int64_t l = 0; l < groups; ++l) {
-    const uint8_t* flags = &rhs_row_wild[l * rhs_rows];
-    rhs_any[l] = std::find(flags, flags + rhs_rows, 1) != flags + rhs_rows;
-  }
-  if (std::find(rhs_any.begin(), rhs_any.end(), 1) != rhs_any.end()) {
-    if (v.transpose_rhs) {
-      rhs_wild = std::move(rhs_row_wild);  // already per column
-    } else {
-      rhs_wild.assign(groups * v.n, 0);
-      status = ParallelFor(groups, host, [&](int64_t l) {
-        if (!rhs_any[l]) return;
-        const Mat rhs = v.Rhs(l);
-        for (int64_t p = 0; p < v.k; ++p) OrWild(&rhs_wild[l * v.n], rhs.Row(p), v.in_bf16, v.n);
-      });
-      if (status != KREG_OK) return status;
-    }
-  }
 
   for (int64_t l = 0; l < groups; ++l) {
     const int64_t r0 = starts[v.group_offset + l], rows = v.Size(l);
     if (rows == 0) continue;
     if (Cancelled(host)) return KREG_CANCELLED;
     const Mat rhs = v.Rhs(l);
+    status = RuntimeFor(rhs_rows, host, [&](int64_t p) {
+      rhs_row_wild[p] = AnyWild(rhs.Row(p), v.in_bf16, 0, rhs_cols);
+    }, 64);
+    if (status != KREG_OK) return status;
+    const bool rhs_any = std::find(rhs_row_wild.begin(), rhs_row_wild.end(), 1) != rhs_row_wild.end();
+    if (rhs_any && v.transpose_rhs) {
+      rhs_wild = rhs_row_wild;  // already per column
+    } else if (rhs_any) {
+      std::fill(rhs_wild.begin(), rhs_wild.end(), 0);
+      for (int64_t p = 0; p < v.k; ++p) OrWild(rhs_wild.data(), rhs.Row(p), v.in_bf16, v.n);
+    }
     const Prim& p = s.Get(v, rows);
     const void* src = lhs.Row(r0);
     const void* wei = rhs.p;
@@ -371,9 +381,9 @@ kreg_status GmmRun(const View& v, State& s, const kreg_host* host) {
       ThreadScope threads(host);
       Execute(s, p, src, wei, s.direct ? out.Row(r0) : static_cast<void*>(s.scratch.data()));
     }
-    const uint8_t* col_wild = rhs_any[l] ? &rhs_wild[l * v.n] : nullptr;
+    const uint8_t* col_wild = rhs_any ? rhs_wild.data() : nullptr;
     // Fix-up: wild outputs in double; without direct output, every output.
-    status = ParallelFor(rows, host, [&](int64_t i) {
+    status = RuntimeFor(rows, host, [&](int64_t i) {
       const int64_t r = r0 + i;
       const bool row_wild = lhs_wild[r - first] != 0;
       if (s.direct && !row_wild && col_wild == nullptr) return;
@@ -406,14 +416,14 @@ kreg_status TgmmRun(const View& v, State& s, const kreg_host* host) {
   // Wild lhs rows (over each local group's columns) and rhs columns (over
   // each local group's rows), per local group.
   std::vector<uint8_t> lhs_wild(groups * v.k), rhs_wild(groups * v.n, 0);
-  kreg_status status = ParallelFor(v.k, host, [&](int64_t i) {
+  kreg_status status = RuntimeFor(v.k, host, [&](int64_t i) {
     for (int64_t l = 0; l < groups; ++l) {
       const int64_t g = v.group_offset + l;
       lhs_wild[l * v.k + i] = AnyWild(lhs.Row(i), v.in_bf16, starts[g], starts[g + 1]);
     }
   });
   if (status != KREG_OK) return status;
-  status = ParallelFor(groups, host, [&](int64_t l) {
+  status = RuntimeFor(groups, host, [&](int64_t l) {
     const int64_t g = v.group_offset + l;
     for (int64_t r = starts[g]; r < starts[g + 1]; ++r) OrWild(&rhs_wild[l * v.n], rhs.Row(r), v.in_bf16, v.n);
   });
@@ -444,7 +454,7 @@ kreg_status TgmmRun(const View& v, State& s, const kreg_host* host) {
     const uint8_t* row_wild = &lhs_wild[l * v.k];
     const uint8_t* col_wild = &rhs_wild[l * v.n];
     const bool any_col = std::find(col_wild, col_wild + v.n, 1) != col_wild + v.n;
-    status = ParallelFor(v.k, host, [&](int64_t i) {
+    status = RuntimeFor(v.k, host, [&](int64_t i) {
       if (s.direct && !row_wild[i] && !any_col) return;
       void* o = out.Row(i);
       for (int64_t c = 0; c < v.n; ++c) {
