@@ -110,6 +110,20 @@ inline void StoreDouble(void* row, bool bf16, int64_t i, double v) {
   }
 }
 
+// Whether any of row[0, n) (f32 or bf16) is NaN or infinite (on the bits,
+// so it vectorises).
+inline bool AnyNonFinite(const void* row, bool bf16, int64_t n) {
+  uint32_t all = 0;
+  if (bf16) {
+    const uint16_t* h = static_cast<const uint16_t*>(row);
+    for (int64_t j = 0; j < n; ++j) all |= static_cast<uint32_t>((h[j] & 0x7f80u) == 0x7f80u);
+  } else {
+    const uint32_t* u = static_cast<const uint32_t*>(row);
+    for (int64_t j = 0; j < n; ++j) all |= static_cast<uint32_t>((u[j] & 0x7f800000u) == 0x7f800000u);
+  }
+  return all != 0;
+}
+
 // ---- Views -------------------------------------------------------------------
 
 // A 2-D matrix of f32 or bf16: element (i, j) at p + i * ld + j.

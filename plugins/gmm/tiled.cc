@@ -19,15 +19,14 @@
 // packing. The state is valid for any group_sizes, so one prepare serves an
 // inference model's every batch.
 //
-// Accuracy. A float accumulation is within the op's tolerance of the
-// reference's double one for data of sane magnitude, but not where products
-// overflow float, infinities meet overflowed partial sums, or huge terms
-// cancel. So packing flags each row of A and column of B holding a value of
-// magnitude above 2^32 or a NaN/infinity ("wild"); outputs that read a wild
-// row or column are recomputed in double in the reference's order (exactly
-// the reference's answer). Non-wild products stay below 2^64: nothing
-// overflows, and NaN/infinities never reach the float path. Real data never
-// takes the fallback; the conformance suite's random bit patterns do.
+// Accuracy. Accumulation is in float, within the op's tolerance of the
+// reference's double sums for data of sane magnitude (as any BLAS). Where an
+// input is NaN or infinite, or a float product or sum overflows, the float
+// accumulator is NaN or infinite (an infinity never vanishes from a float
+// sum: it stays, or meets its opposite and becomes NaN); every such output is
+// recomputed in double in the reference's order, so NaN and infinities come
+// out exactly as the reference's and no overflow happens that double would
+// not have. No pass over the inputs is needed for this.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -46,9 +45,9 @@ namespace {
 
 enum { kParamTm = 0, kParamTn, kParamTk, kParamMr, kParamMicro, kNumParams };
 
-const int64_t kTmValues[] = {96, 192, 384, 768};
-const int64_t kTnValues[] = {128, 256, 512};
-const int64_t kTkValues[] = {128, 256, 512};
+const int64_t kTmValues[] = {96, 192, 384};
+const int64_t kTnValues[] = {256, 512};
+const int64_t kTkValues[] = {128, 256};
 const int64_t kMrValues[] = {4, 6, 8, 12};
 const MicroSet* const kMicros[] = {&kMicroGeneric, &kMicroAvx2, &kMicroAvx512, &kMicroAvx512Bf16};
 const char* const kMicroChoices[] = {"generic", "avx2", "avx512", "avx512bf16"};
@@ -64,8 +63,8 @@ const kreg_param_desc kTmParam = {
     .doc = "rows per task, which share one packed B slice (gmm: of a group's rows; tgmm: of out[g]'s k rows)",
     .kind = KREG_PARAM_INT,
     .values = kTmValues,
-    .num_values = 4,
-    .default_value = 384,
+    .num_values = 3,
+    .default_value = 192,
 };
 const kreg_param_desc kTnParam = {
     .struct_size = sizeof(kreg_param_desc),
@@ -73,7 +72,7 @@ const kreg_param_desc kTnParam = {
     .doc = "columns per task (the width of a packed B panel)",
     .kind = KREG_PARAM_INT,
     .values = kTnValues,
-    .num_values = 3,
+    .num_values = 2,
     .default_value = 256,
 };
 const kreg_param_desc kTkParam = {
@@ -82,8 +81,8 @@ const kreg_param_desc kTkParam = {
     .doc = "reduction slice packed at a time (gmm: of k; tgmm: of a group's rows)",
     .kind = KREG_PARAM_INT,
     .values = kTkValues,
-    .num_values = 3,
-    .default_value = 256,
+    .num_values = 2,
+    .default_value = 128,
 };
 const kreg_param_desc kMrParam = {
     .struct_size = sizeof(kreg_param_desc),
@@ -168,43 +167,23 @@ struct Product {
   int64_t first = 0;  // gmm: first output row; tgmm: unused
 };
 
-// Wild: NaN, infinite, or of magnitude above 2^32 (see the top). On bits, so
-// the loops vectorise.
-inline int32_t WildBits(uint32_t f32) { return static_cast<int32_t>(f32 & 0x7fffffffu) > 0x4f800000; }
-inline int32_t WildBits(uint16_t bf16) { return static_cast<int32_t>(bf16 & 0x7fffu) > 0x4f80; }
-
 // Rows [i0, i0 + rows) x reduction [p0, p0 + kc) of A into dst (row stride
 // ld): f32 (bf16 widened), or raw bf16 with a zero pad to an even length for
-// the pair kernels. ORs each row's wildness into wild[i].
-void PackA(const Src& a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, bool pairs, void* dst, int64_t ld,
-           uint8_t* wild) {
+// the pair kernels.
+void PackA(const Src& a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, bool pairs, void* dst, int64_t ld) {
   for (int64_t i = 0; i < rows; ++i) {
     const void* src = Advance(a.p, a.bf16, (i0 + i) * a.ld + p0);
-    int32_t w = 0;
     if (pairs) {
-      const uint16_t* __restrict s = static_cast<const uint16_t*>(src);
-      uint16_t* __restrict d = static_cast<uint16_t*>(dst) + i * ld;
-      for (int64_t p = 0; p < kc; ++p) {
-        d[p] = s[p];
-        w |= WildBits(s[p]);
-      }
+      uint16_t* d = static_cast<uint16_t*>(dst) + i * ld;
+      std::memcpy(d, src, kc * sizeof(uint16_t));
       if (kc % 2 != 0) d[kc] = 0;
     } else if (a.bf16) {
       const uint16_t* __restrict s = static_cast<const uint16_t*>(src);
       uint32_t* __restrict d = static_cast<uint32_t*>(dst) + i * ld;
-      for (int64_t p = 0; p < kc; ++p) {
-        d[p] = static_cast<uint32_t>(s[p]) << 16;
-        w |= WildBits(s[p]);
-      }
+      for (int64_t p = 0; p < kc; ++p) d[p] = static_cast<uint32_t>(s[p]) << 16;
     } else {
-      const uint32_t* __restrict s = static_cast<const uint32_t*>(src);
-      uint32_t* __restrict d = static_cast<uint32_t*>(dst) + i * ld;
-      for (int64_t p = 0; p < kc; ++p) {
-        d[p] = s[p];
-        w |= WildBits(s[p]);
-      }
+      std::memcpy(static_cast<uint32_t*>(dst) + i * ld, src, kc * sizeof(uint32_t));
     }
-    wild[i] |= static_cast<uint8_t>(w != 0);
   }
 }
 
@@ -222,26 +201,18 @@ inline uint16_t BitsBf16(const Src& b, int64_t r, int64_t c) {
 // columns, zero-padded: f32, strip s element (p, j) at
 // s * kc * nr + p * nr + j; or bf16 pairs, (q, j, e) at
 // s * kcp * nr + (q * nr + j) * 2 + e with kcp = kc rounded up to even.
-// ORs each column's wildness into wild[j].
-void PackB(const Src& b, int64_t p0, int64_t kc, int64_t c0, int64_t cols, int nr, bool pairs, void* dst,
-           uint8_t* wild) {
+void PackB(const Src& b, int64_t p0, int64_t kc, int64_t c0, int64_t cols, int nr, bool pairs, void* dst) {
   const int64_t strips = (cols + nr - 1) / nr;
   if (pairs) {
     const int64_t kcp = kc + kc % 2;
     uint16_t* d = static_cast<uint16_t*>(dst);
     for (int64_t s = 0; s < strips; ++s) {
-      for (int64_t j = 0; j < nr; ++j) {
-        const int64_t c = s * nr + j;
-        bool w = false;
-        for (int64_t p = 0; p < kcp; ++p) {
-          uint16_t x = 0;
-          if (c < cols && p < kc) {
-            x = BitsBf16(b, p0 + p, c0 + c);
-            w |= WildBits(x);
-          }
-          d[s * kcp * nr + ((p / 2) * nr + j) * 2 + p % 2] = x;
+      for (int64_t p = 0; p < kcp; ++p) {
+        uint16_t* out = d + s * kcp * nr + (p / 2) * nr * 2 + p % 2;
+        for (int64_t j = 0; j < nr; ++j) {
+          const int64_t c = s * nr + j;
+          out[2 * j] = c < cols && p < kc ? BitsBf16(b, p0 + p, c0 + c) : 0;
         }
-        if (c < cols) wild[c] |= static_cast<uint8_t>(w);
       }
     }
     return;
@@ -249,12 +220,9 @@ void PackB(const Src& b, int64_t p0, int64_t kc, int64_t c0, int64_t cols, int n
   uint32_t* d = static_cast<uint32_t*>(dst);
   if (!b.trans) {
     // Rows of B are contiguous: row by row (a page each when n is large),
-    // the rows ahead prefetched; wildness gathered in a local array so the
-    // loops vectorise.
+    // the rows ahead prefetched.
     constexpr int64_t kAhead = 4;
     const int64_t elem = b.bf16 ? 2 : 4;
-    int32_t w[4096];
-    std::fill(w, w + cols, 0);
     for (int64_t p = 0; p < kc; ++p) {
       if (p + kAhead < kc) {
         const char* ahead = static_cast<const char*>(b.p) + ((p0 + p + kAhead) * b.ld + c0) * elem;
@@ -262,25 +230,16 @@ void PackB(const Src& b, int64_t p0, int64_t kc, int64_t c0, int64_t cols, int n
       }
       for (int64_t s = 0; s < strips; ++s) {
         uint32_t* __restrict out = d + s * kc * nr + p * nr;
-        int32_t* __restrict ws = w + s * nr;
         const int64_t width = std::min<int64_t>(nr, cols - s * nr);
         if (b.bf16) {
           const uint16_t* __restrict in = static_cast<const uint16_t*>(b.p) + (p0 + p) * b.ld + c0 + s * nr;
-          for (int64_t j = 0; j < width; ++j) {
-            out[j] = static_cast<uint32_t>(in[j]) << 16;
-            ws[j] |= WildBits(in[j]);
-          }
+          for (int64_t j = 0; j < width; ++j) out[j] = static_cast<uint32_t>(in[j]) << 16;
         } else {
-          const uint32_t* __restrict in = static_cast<const uint32_t*>(b.p) + (p0 + p) * b.ld + c0 + s * nr;
-          for (int64_t j = 0; j < width; ++j) {
-            out[j] = in[j];
-            ws[j] |= WildBits(in[j]);
-          }
+          std::memcpy(out, static_cast<const uint32_t*>(b.p) + (p0 + p) * b.ld + c0 + s * nr, width * 4);
         }
         for (int64_t j = width; j < nr; ++j) out[j] = 0;
       }
     }
-    for (int64_t j = 0; j < cols; ++j) wild[j] |= static_cast<uint8_t>(w[j] != 0);
     return;
   }
   // Transposed: each column of B is a contiguous row of the source.
@@ -288,17 +247,7 @@ void PackB(const Src& b, int64_t p0, int64_t kc, int64_t c0, int64_t cols, int n
     for (int64_t j = 0; j < nr; ++j) {
       const int64_t c = s * nr + j;
       uint32_t* out = d + s * kc * nr + j;
-      if (c >= cols) {
-        for (int64_t p = 0; p < kc; ++p) out[p * nr] = 0;
-        continue;
-      }
-      bool w = false;
-      for (int64_t p = 0; p < kc; ++p) {
-        const uint32_t x = BitsF32(b, p0 + p, c0 + c);
-        out[p * nr] = x;
-        w |= WildBits(x);
-      }
-      wild[c] |= static_cast<uint8_t>(w);
+      for (int64_t p = 0; p < kc; ++p) out[p * nr] = c < cols ? BitsF32(b, p0 + p, c0 + c) : 0;
     }
   }
 }
@@ -312,7 +261,6 @@ struct PackedWeights {
   Tiling t;
   int64_t depth = 0, n = 0, n_pad = 0;
   std::vector<std::unique_ptr<char[]>> groups;  // per local group
-  std::vector<uint8_t> wild;                     // [local group][n]
 
   // The packed slice [p0, p0 + tk) x strips from column c0 of group g.
   const void* Slice(int64_t g, int64_t p0, int64_t c0) const {
@@ -326,7 +274,6 @@ struct PackedWeights {
 // Thread-local scratch, grown as needed.
 struct Scratch {
   std::vector<float> a, b, c;  // float-sized slots; pair kernels use them as bf16
-  std::vector<uint8_t> row_wild, col_wild;
 };
 
 // Rows of A packed at a time within a task (a multiple of every mr): with a
@@ -337,7 +284,7 @@ struct Task {
   int64_t product, r0, rows, c0, cols;
 };
 
-// Runs every product's tasks. store(pr, task, c, ldc, row_wild, col_wild)
+// Runs every product's tasks. store(pr, task, c, ldc)
 // writes one task's accumulator (rows x cols, row stride ldc) to out.
 template <typename Store>
 kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const Tiling& t, const PackedWeights* packed,
@@ -371,8 +318,6 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
     s.c.resize(rows_pad * ldc);
     s.a.resize(block * lda);
     s.b.resize(kcp * ldc);
-    s.row_wild.assign(task.rows, 0);
-    s.col_wild.assign(task.cols, 0);
     if (pr.depth == 0) std::fill(s.c.begin(), s.c.end(), 0.0f);
     // Per slice of the reduction: B's slice packed once (it stays in L2),
     // then every block of the task's rows against it.
@@ -382,7 +327,7 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
       if (packed != nullptr) {
         b = packed->Slice(pr.local, p0, task.c0);
       } else {
-        PackB(pr.b, p0, kc, task.c0, task.cols, nr, pairs, s.b.data(), s.col_wild.data());
+        PackB(pr.b, p0, kc, task.c0, task.cols, nr, pairs, s.b.data());
       }
       // The next slice of B is fetched from memory while this one computes
       // (spread over the first row block's panel).
@@ -390,7 +335,7 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
       const bool fetch_next = packed == nullptr && next < pr.depth && !pr.b.trans;
       for (int64_t i0 = 0; i0 < task.rows; i0 += block) {
         const int64_t rows = std::min(block, task.rows - i0);
-        PackA(pr.a, task.r0 + i0, rows, p0, kc, pairs, s.a.data(), lda * (pairs ? 2 : 1), &s.row_wild[i0]);
+        PackA(pr.a, task.r0 + i0, rows, p0, kc, pairs, s.a.data(), lda * (pairs ? 2 : 1));
         PanelArgs args;
         args.mr = t.mr;
         args.a = s.a.data();
@@ -412,47 +357,37 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
         micro.panel(args);
       }
     }
-    const uint8_t* col_wild = s.col_wild.data();
-    if (packed != nullptr) col_wild = &packed->wild[pr.local * n + task.c0];
-    store(pr, task, s.c.data(), ldc, s.row_wild.data(), col_wild);
+    store(pr, task, s.c.data(), ldc);
   });
 }
 
 // Stores a task's rows into out rows out_row(i) (+ existing_row(i) when not
-// NULL); wild outputs are exact(i, j), the reference's double sum.
+// NULL); a non-finite accumulator is replaced by exact(i, j), the
+// reference's double sum (see the top).
 template <typename OutRow, typename ExistingRow, typename Exact>
-void StoreTask(const Task& task, const float* c, int64_t ldc, const uint8_t* row_wild, const uint8_t* col_wild,
-               bool out_bf16, OutRow&& out_row, ExistingRow&& existing_row, Exact&& exact) {
-  bool any_col = false;
-  for (int64_t j = 0; j < task.cols; ++j) any_col |= col_wild[j] != 0;
+void StoreTask(const Task& task, const float* c, int64_t ldc, bool out_bf16, OutRow&& out_row,
+               ExistingRow&& existing_row, Exact&& exact) {
   for (int64_t i = 0; i < task.rows; ++i) {
     void* o = Advance(out_row(task.r0 + i), out_bf16, task.c0);
     const void* e = existing_row(task.r0 + i);
     if (e != nullptr) e = Advance(e, out_bf16, task.c0);
     const float* ci = c + i * ldc;
-    if (!row_wild[i] && !any_col) {
-      if (out_bf16) {
-        uint16_t* ob = static_cast<uint16_t*>(o);
-        for (int64_t j = 0; j < task.cols; ++j) ob[j] = FloatToBf16(e ? ci[j] + LoadAt(e, true, j) : ci[j]);
-      } else {
-        float* of = static_cast<float*>(o);
-        if (e == nullptr) {
-          std::memcpy(of, ci, task.cols * sizeof(float));
-        } else {
-          const float* ef = static_cast<const float*>(e);
-          for (int64_t j = 0; j < task.cols; ++j) of[j] = ci[j] + ef[j];
-        }
-      }
-      continue;
+    if (out_bf16) {
+      uint16_t* ob = static_cast<uint16_t*>(o);
+      for (int64_t j = 0; j < task.cols; ++j) ob[j] = FloatToBf16(e ? ci[j] + LoadAt(e, true, j) : ci[j]);
+    } else if (e == nullptr) {
+      std::memcpy(o, ci, task.cols * sizeof(float));
+    } else {
+      float* of = static_cast<float*>(o);
+      const float* ef = static_cast<const float*>(e);
+      for (int64_t j = 0; j < task.cols; ++j) of[j] = ci[j] + ef[j];
     }
+    if (!AnyNonFinite(ci, false, task.cols)) continue;
     for (int64_t j = 0; j < task.cols; ++j) {
-      if (row_wild[i] | col_wild[j]) {
-        double d = exact(task.r0 + i, task.c0 + j);
-        if (e != nullptr) d += LoadAt(e, out_bf16, j);
-        StoreDouble(o, out_bf16, j, d);
-      } else {
-        StoreFloat(o, out_bf16, j, e ? ci[j] + LoadAt(e, out_bf16, j) : ci[j]);
-      }
+      if (std::isfinite(ci[j])) continue;
+      double d = exact(task.r0 + i, task.c0 + j);
+      if (e != nullptr) d += LoadAt(e, out_bf16, j);
+      StoreDouble(o, out_bf16, j, d);
     }
   }
 }
@@ -491,14 +426,13 @@ kreg_status GmmPrepare(const kreg_config* config, const kreg_args* args, const k
     w->n = v.n;
     w->n_pad = (v.n + nr - 1) / nr * nr;
     w->groups.resize(v.local_groups);
-    w->wild.assign(v.local_groups * v.n, 0);
     const int64_t elems = PackedKc(v.k, pairs) * w->n_pad;
     for (auto& g : w->groups) g.reset(new char[std::max<int64_t>(elems, 1) * ElemBytes(pairs)]);
-    // One group per task: its slices and wild flags are that task's alone.
+    // One group per task.
     kreg_status status = ParallelFor(v.local_groups, host, [&](int64_t g) {
       for (int64_t p0 = 0; p0 < v.k; p0 += w->t.tk) {
         PackB(GmmRhsSrc(v, g), p0, std::min(w->t.tk, v.k - p0), 0, v.n, nr, pairs,
-              const_cast<void*>(w->Slice(g, p0, 0)), &w->wild[g * v.n]);
+              const_cast<void*>(w->Slice(g, p0, 0)));
       }
     });
     if (status != KREG_OK) return Finish(status, msg, cap);
@@ -535,10 +469,10 @@ kreg_status GmmRun(const kreg_config* config, const kreg_args* args, void* state
     const Mat existing = v.existing != nullptr ? GmmExisting(v) : Mat{};
     kreg_status status = RunProducts(
         products, v.n, t, packed, host,
-        [&](const Product& pr, const Task& task, const float* c, int64_t ldc, const uint8_t* rw, const uint8_t* cw) {
+        [&](const Product& pr, const Task& task, const float* c, int64_t ldc) {
           const Mat rhs = GmmRhs(v, pr.local);
           StoreTask(
-              task, c, ldc, rw, cw, out.bf16, [&](int64_t i) { return out.Row(pr.first + i); },
+              task, c, ldc, out.bf16, [&](int64_t i) { return out.Row(pr.first + i); },
               [&](int64_t i) { return v.existing != nullptr ? existing.Row(pr.first + i) : nullptr; },
               [&](int64_t i, int64_t j) { return GmmDot(lhs, pr.first + i, rhs, j, v.k, v.transpose_rhs); });
         });
@@ -594,12 +528,11 @@ kreg_status TgmmRun(const kreg_config* config, const kreg_args* args, void*, voi
       products.push_back(pr);
     }
     return Finish(RunProducts(products, v.n, t, nullptr, host,
-                              [&](const Product& pr, const Task& task, const float* c, int64_t ldc, const uint8_t* rw,
-                                  const uint8_t* cw) {
+                              [&](const Product& pr, const Task& task, const float* c, int64_t ldc) {
                                 const OutMat out = TgmmOut(v, pr.local);
                                 const int64_t begin = starts[v.group_offset + pr.local];
                                 StoreTask(
-                                    task, c, ldc, rw, cw, out.bf16, [&](int64_t i) { return out.Row(i); },
+                                    task, c, ldc, out.bf16, [&](int64_t i) { return out.Row(i); },
                                     [](int64_t) -> const void* { return nullptr; },
                                     [&](int64_t i, int64_t j) {
                                       return TgmmDot(lhs, i, rhs, j, begin, begin + pr.depth);

@@ -22,10 +22,10 @@
 // group's bf16 inputs are widened (exactly) into f32 scratch buffers first.
 //
 // Accuracy, as gmm/tiled: oneDNN accumulates in float, within the op's
-// tolerance for data of sane magnitude but not where products overflow
-// float or huge terms cancel. A pre-pass flags each lhs row and rhs column
-// holding a value above 2^32 in magnitude or a NaN/infinity ("wild"); the
-// outputs reading one are recomputed in double in the reference's order.
+// tolerance for data of sane magnitude. Where an input is NaN or infinite,
+// or float overflows, the output is NaN or infinite; each such output is
+// recomputed in double in the reference's order, so NaN and infinities
+// come out as the reference's. No pass over the inputs is needed for this.
 //
 // Threads: Debian 12's oneDNN 2.6 uses OpenMP. When kreg_host.num_threads
 // is > 0 the calling thread's OpenMP team size is set to it around
@@ -154,28 +154,6 @@ class ThreadScope {
  private:
   [[maybe_unused]] int saved_ = 0;
 };
-
-// ---- Wild values ----------------------------------------------------------------
-
-inline bool Wild(float x) { return !(std::fabs(x) <= 0x1p32f); }
-
-// Whether any of row[begin, end) is wild (a branch-free reduction).
-bool AnyWild(const void* row, bool bf16, int64_t begin, int64_t end) {
-  bool wild = false;
-  if (bf16) {
-    const uint16_t* p = static_cast<const uint16_t*>(row);
-    // |x| > 2^32 or NaN/inf  <=>  (bits & 0x7fff) > bf16(2^32) = 0x4f80.
-    for (int64_t j = begin; j < end; ++j) wild |= (p[j] & 0x7fffu) > 0x4f80u;
-  } else {
-    const uint32_t* p = static_cast<const uint32_t*>(row);
-    for (int64_t j = begin; j < end; ++j) wild |= (p[j] & 0x7fffffffu) > 0x4f800000u;
-  }
-  return wild;
-}
-void OrWild(uint8_t* flags, const void* row, bool bf16, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) flags[j] |= static_cast<uint8_t>(Wild(LoadAt(row, bf16, j)));
-}
-
 
 // ---- Primitives and state -----------------------------------------------------------
 
@@ -339,34 +317,12 @@ kreg_status GmmRun(const View& v, State& s, const kreg_host* host) {
   }, 16);
   if (status != KREG_OK || total == 0) return status;
 
-  // Wild lhs rows and rhs columns, found group by group just before the
-  // group's matmul, so its rhs is read from memory once (the matmul finds
-  // it in cache). rhs is scanned by its rows in memory: transposed, those
-  // are its columns; otherwise a cheap scan first, columns only where it
-  // finds one.
   const int64_t rhs_rows = v.transpose_rhs ? v.n : v.k, rhs_cols = v.transpose_rhs ? v.k : v.n;
-  std::vector<uint8_t> lhs_wild(total), rhs_row_wild(rhs_rows), rhs_wild(v.n);
-  status = RuntimeFor(total, host, [&](int64_t i) {
-    lhs_wild[i] = AnyWild(lhs.Row(first + i), v.in_bf16, 0, v.k);
-  }, 16);
-  if (status != KREG_OK) return status;
-
   for (int64_t l = 0; l < groups; ++l) {
     const int64_t r0 = starts[v.group_offset + l], rows = v.Size(l);
     if (rows == 0) continue;
     if (Cancelled(host)) return KREG_CANCELLED;
     const Mat rhs = v.Rhs(l);
-    status = RuntimeFor(rhs_rows, host, [&](int64_t p) {
-      rhs_row_wild[p] = AnyWild(rhs.Row(p), v.in_bf16, 0, rhs_cols);
-    }, 64);
-    if (status != KREG_OK) return status;
-    const bool rhs_any = std::find(rhs_row_wild.begin(), rhs_row_wild.end(), 1) != rhs_row_wild.end();
-    if (rhs_any && v.transpose_rhs) {
-      rhs_wild = rhs_row_wild;  // already per column
-    } else if (rhs_any) {
-      std::fill(rhs_wild.begin(), rhs_wild.end(), 0);
-      for (int64_t p = 0; p < v.k; ++p) OrWild(rhs_wild.data(), rhs.Row(p), v.in_bf16, v.n);
-    }
     const Prim& p = s.Get(v, rows);
     const void* src = lhs.Row(r0);
     const void* wei = rhs.p;
@@ -381,23 +337,21 @@ kreg_status GmmRun(const View& v, State& s, const kreg_host* host) {
       ThreadScope threads(host);
       Execute(s, p, src, wei, s.direct ? out.Row(r0) : static_cast<void*>(s.scratch.data()));
     }
-    const uint8_t* col_wild = rhs_any ? rhs_wild.data() : nullptr;
-    // Fix-up: wild outputs in double; without direct output, every output.
+    // Fix-up: non-finite outputs in double; without direct output, every
+    // output from the float scratch.
     status = RuntimeFor(rows, host, [&](int64_t i) {
       const int64_t r = r0 + i;
-      const bool row_wild = lhs_wild[r - first] != 0;
-      if (s.direct && !row_wild && col_wild == nullptr) return;
       void* o = out.Row(r);
+      const float* f = s.direct ? nullptr : &s.scratch[i * v.n];
+      if (s.direct && !AnyNonFinite(o, v.out_bf16, v.n)) return;
       const void* e = v.existing != nullptr ? v.Existing().Row(r) : nullptr;
       for (int64_t c = 0; c < v.n; ++c) {
-        if (row_wild || (col_wild != nullptr && col_wild[c])) {
+        if (!std::isfinite(s.direct ? LoadAt(o, v.out_bf16, c) : f[c])) {
           double d = GmmDot(lhs, r, rhs, c, v.k, v.transpose_rhs);
           if (e != nullptr) d += LoadAt(e, v.out_bf16, c);
           StoreDouble(o, v.out_bf16, c, d);
         } else if (!s.direct) {
-          float f = s.scratch[i * v.n + c];
-          if (e != nullptr) f += LoadAt(e, v.out_bf16, c);
-          StoreFloat(o, v.out_bf16, c, f);
+          StoreFloat(o, v.out_bf16, c, e != nullptr ? f[c] + LoadAt(e, v.out_bf16, c) : f[c]);
         }
       }
     });
@@ -413,22 +367,7 @@ kreg_status TgmmRun(const View& v, State& s, const kreg_host* host) {
   const Mat lhs = v.Lhs(), rhs = v.Rhs(0);
   const size_t row_bytes = static_cast<size_t>(v.n) * (v.out_bf16 ? 2 : 4);
 
-  // Wild lhs rows (over each local group's columns) and rhs columns (over
-  // each local group's rows), per local group.
-  std::vector<uint8_t> lhs_wild(groups * v.k), rhs_wild(groups * v.n, 0);
-  kreg_status status = RuntimeFor(v.k, host, [&](int64_t i) {
-    for (int64_t l = 0; l < groups; ++l) {
-      const int64_t g = v.group_offset + l;
-      lhs_wild[l * v.k + i] = AnyWild(lhs.Row(i), v.in_bf16, starts[g], starts[g + 1]);
-    }
-  });
-  if (status != KREG_OK) return status;
-  status = RuntimeFor(groups, host, [&](int64_t l) {
-    const int64_t g = v.group_offset + l;
-    for (int64_t r = starts[g]; r < starts[g + 1]; ++r) OrWild(&rhs_wild[l * v.n], rhs.Row(r), v.in_bf16, v.n);
-  });
-  if (status != KREG_OK) return status;
-
+  kreg_status status = KREG_OK;
   for (int64_t l = 0; l < groups; ++l) {
     const int64_t g = v.group_offset + l;
     const int64_t r0 = starts[g], rows = starts[g + 1] - r0;
@@ -451,17 +390,15 @@ kreg_status TgmmRun(const View& v, State& s, const kreg_host* host) {
       ThreadScope threads(host);
       Execute(s, p, src, wei, s.direct ? out.p : static_cast<void*>(s.scratch.data()));
     }
-    const uint8_t* row_wild = &lhs_wild[l * v.k];
-    const uint8_t* col_wild = &rhs_wild[l * v.n];
-    const bool any_col = std::find(col_wild, col_wild + v.n, 1) != col_wild + v.n;
     status = RuntimeFor(v.k, host, [&](int64_t i) {
-      if (s.direct && !row_wild[i] && !any_col) return;
       void* o = out.Row(i);
+      const float* f = s.direct ? nullptr : &s.scratch[i * v.n];
+      if (s.direct && !AnyNonFinite(o, v.out_bf16, v.n)) return;
       for (int64_t c = 0; c < v.n; ++c) {
-        if (row_wild[i] || col_wild[c]) {
+        if (!std::isfinite(s.direct ? LoadAt(o, v.out_bf16, c) : f[c])) {
           StoreDouble(o, v.out_bf16, c, TgmmDot(lhs, i, rhs, c, r0, starts[g + 1]));
         } else if (!s.direct) {
-          StoreFloat(o, v.out_bf16, c, s.scratch[i * v.n + c]);
+          StoreFloat(o, v.out_bf16, c, f[c]);
         }
       }
     });
