@@ -41,6 +41,8 @@
 // in float. out is compared with tolerance atol * (reduction length) + rtol *
 // |want|: f32 1e-5 / 1e-5, bf16 1e-2 / 1/128 (one bf16 ulp). NaN and
 // infinities propagate as in a plain matmul (no zero is skipped).
+#include <algorithm>
+#include <cstdio>
 #include <string_view>
 
 #include "common.h"
@@ -284,6 +286,44 @@ kreg_status ValidateTgmm(const kreg_args* args, char* msg, size_t cap) {
   });
 }
 
+// ---- Data class: how skewed the groups are ---------------------------------------
+//
+// "balanced" when the largest computed group holds at most twice the mean
+// rows per computed group, else "skewed" (a few hot experts). Measured on
+// this project's machines, the winner changes with it (bench/RESULTS.md),
+// so it is part of the tuning key; computed per call at dispatch (one pass
+// over group_sizes).
+constexpr double kSkewedAbove = 2.0;
+
+kreg_status ClassifySkew(const GroupedView& v, char* out, size_t cap) {
+  int64_t sum = 0, largest = 0;
+  for (int64_t g = v.group_offset; g < v.group_offset + v.local_groups; ++g) {
+    const int64_t size = v.GroupSize(g);
+    sum += size;
+    largest = std::max(largest, size);
+  }
+  const bool skewed = sum > 0 && static_cast<double>(largest) * static_cast<double>(v.local_groups) >
+                                     kSkewedAbove * static_cast<double>(sum);
+  std::snprintf(out, cap, "%s", skewed ? "skewed" : "balanced");
+  return KREG_OK;
+}
+
+kreg_status GmmDataClass(const kreg_args* args, char* out, size_t cap) {
+  return Guarded(out, cap, [&] {
+    GroupedView v;
+    if (!ViewGmm(args, &v, out, cap)) return KREG_INVALID_ARGUMENT;
+    return ClassifySkew(v, out, cap);
+  });
+}
+
+kreg_status TgmmDataClass(const kreg_args* args, char* out, size_t cap) {
+  return Guarded(out, cap, [&] {
+    GroupedView v;
+    if (!ViewTgmm(args, &v, out, cap)) return KREG_INVALID_ARGUMENT;
+    return ClassifySkew(v, out, cap);
+  });
+}
+
 }  // namespace
 
 const kreg_op_desc kGmmOp = {
@@ -297,6 +337,7 @@ const kreg_op_desc kGmmOp = {
     .attrs = kGmmAttrs,
     .num_attrs = kGmmNumAttrs,
     .validate = ValidateGmm,
+    .data_class = GmmDataClass,
     .default_variants = kDefaultVariants,
     .num_default_variants = 1,
 };
@@ -312,6 +353,7 @@ const kreg_op_desc kTgmmOp = {
     .attrs = kTgmmAttrs,
     .num_attrs = kTgmmNumAttrs,
     .validate = ValidateTgmm,
+    .data_class = TgmmDataClass,
     .default_variants = kDefaultVariants,
     .num_default_variants = 1,
 };
