@@ -274,6 +274,11 @@ struct PackedWeights {
 // Thread-local scratch, grown as needed.
 struct Scratch {
   std::vector<float> a, b, c;  // float-sized slots; pair kernels use them as bf16
+  // A product with several row tasks keeps B's whole packed column panel
+  // (every slice) here, so the thread's next task of the same product and
+  // columns packs nothing.
+  std::vector<float> panel;
+  int64_t panel_product = -1, panel_c0 = -1;
 };
 
 // Rows of A packed at a time within a task (a multiple of every mr): with a
@@ -298,8 +303,15 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
     }
   }
   // Largest first: the hot groups' tasks spread over the threads early.
+  // The largest products first (their tasks spread over the threads
+  // early); a product's tasks by column block, then rows, so a thread taking
+  // a run of them packs each B panel once (see Scratch::panel).
   std::stable_sort(tasks.begin(), tasks.end(), [&](const Task& x, const Task& y) {
-    return x.rows * x.cols * products[x.product].depth > y.rows * y.cols * products[y.product].depth;
+    const int64_t fx = products[x.product].rows * products[x.product].depth;
+    const int64_t fy = products[y.product].rows * products[y.product].depth;
+    if (fx != fy) return fx > fy;
+    if (x.product != y.product) return x.product < y.product;
+    return x.c0 != y.c0 ? x.c0 < y.c0 : x.r0 < y.r0;
   });
   const MicroSet& micro = *t.micro;
   const bool pairs = micro.bf16_pairs;
@@ -317,22 +329,32 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
     const int64_t lda = kcp + (pairs ? 32 : 16);  // padded: rows do not alias in L1
     s.c.resize(rows_pad * ldc);
     s.a.resize(block * lda);
-    s.b.resize(kcp * ldc);
+    // Several row tasks share this product's B: pack its whole column panel
+    // once per thread (slice p0 at p0 * ldc elements).
+    const bool whole = packed == nullptr && pr.rows > t.tm;
+    const bool reuse = whole && s.panel_product == task.product && s.panel_c0 == task.c0;
+    if (whole && !reuse) {
+      s.panel_product = -1;
+      s.panel.resize((PackedKc(pr.depth, pairs) * ldc * ElemBytes(pairs) + 3) / 4);
+    }
+    if (!whole) s.b.resize(kcp * ldc);
     if (pr.depth == 0) std::fill(s.c.begin(), s.c.end(), 0.0f);
     // Per slice of the reduction: B's slice packed once (it stays in L2),
     // then every block of the task's rows against it.
     for (int64_t p0 = 0; p0 < pr.depth; p0 += t.tk) {
       const int64_t kc = std::min(t.tk, pr.depth - p0);
-      const void* b = s.b.data();
+      void* b = s.b.data();
       if (packed != nullptr) {
-        b = packed->Slice(pr.local, p0, task.c0);
-      } else {
-        PackB(pr.b, p0, kc, task.c0, task.cols, nr, pairs, s.b.data());
+        b = const_cast<void*>(packed->Slice(pr.local, p0, task.c0));
+      } else if (whole) {
+        b = reinterpret_cast<char*>(s.panel.data()) + p0 * ldc * ElemBytes(pairs);
       }
+      const bool pack = packed == nullptr && !reuse;
+      if (pack) PackB(pr.b, p0, kc, task.c0, task.cols, nr, pairs, b);
       // The next slice of B is fetched from memory while this one computes
       // (spread over the first row block's panel).
       const int64_t next = p0 + t.tk;
-      const bool fetch_next = packed == nullptr && next < pr.depth && !pr.b.trans;
+      const bool fetch_next = pack && next < pr.depth && !pr.b.trans;
       for (int64_t i0 = 0; i0 < task.rows; i0 += block) {
         const int64_t rows = std::min(block, task.rows - i0);
         PackA(pr.a, task.r0 + i0, rows, p0, kc, pairs, s.a.data(), lda * (pairs ? 2 : 1));
@@ -356,6 +378,10 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
         }
         micro.panel(args);
       }
+    }
+    if (whole) {
+      s.panel_product = task.product;
+      s.panel_c0 = task.c0;
     }
     store(pr, task, s.c.data(), ldc);
   });
