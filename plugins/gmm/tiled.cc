@@ -327,8 +327,11 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
     const int64_t block = std::min(kBlockRows, task.rows);
     const int64_t kcp = PackedKc(t.tk, pairs);
     const int64_t lda = kcp + (pairs ? 32 : 16);  // padded: rows do not alias in L1
+    // f32 A is read in place (its rows are contiguous along the reduction);
+    // bf16 is widened (or copied with a pad for the pair kernels).
+    const bool direct_a = !pr.a.bf16;
     s.c.resize(rows_pad * ldc);
-    s.a.resize(block * lda);
+    if (!direct_a) s.a.resize(block * lda);
     // Several row tasks share this product's B: pack its whole column panel
     // once per thread (slice p0 at p0 * ldc elements).
     const bool whole = packed == nullptr && pr.rows > t.tm;
@@ -357,11 +360,16 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
       const bool fetch_next = pack && next < pr.depth && !pr.b.trans;
       for (int64_t i0 = 0; i0 < task.rows; i0 += block) {
         const int64_t rows = std::min(block, task.rows - i0);
-        PackA(pr.a, task.r0 + i0, rows, p0, kc, pairs, s.a.data(), lda * (pairs ? 2 : 1));
         PanelArgs args;
         args.mr = t.mr;
-        args.a = s.a.data();
-        args.lda = lda * (pairs ? 2 : 1);
+        if (direct_a) {
+          args.a = Advance(pr.a.p, false, (task.r0 + i0) * pr.a.ld + p0);
+          args.lda = pr.a.ld;
+        } else {
+          PackA(pr.a, task.r0 + i0, rows, p0, kc, pairs, s.a.data(), lda * (pairs ? 2 : 1));
+          args.a = s.a.data();
+          args.lda = lda * (pairs ? 2 : 1);
+        }
         args.rows = rows;
         args.b = b;
         args.kc = PackedKc(kc, pairs);
