@@ -290,9 +290,9 @@ kreg_status ValidateTgmm(const kreg_args* args, char* msg, size_t cap) {
 //
 // "balanced" when the largest computed group holds at most twice the mean
 // rows per computed group, else "skewed" (a few hot experts). Measured on
-// this project's machines, the winner changes with it (bench/RESULTS.md),
-// so it is part of the tuning key; computed per call at dispatch (one pass
-// over group_sizes).
+// this project's machines, the tuned winner changes with it (the variant or
+// the tiling, bench/RESULTS.md), so it is part of the tuning key; computed
+// per call at dispatch (one pass over group_sizes).
 constexpr double kSkewedAbove = 2.0;
 
 kreg_status ClassifySkew(const GroupedView& v, char* out, size_t cap) {

@@ -7,11 +7,14 @@
 // the tasks of all groups form one list, largest first, which oneTBB
 // threads take from, so a hot group is spread over every thread and many
 // tiny groups over few: the split follows flops, not groups. A task walks K
-// in slices of tk: it packs the slice of A (contiguous rows, bf16 widened,
-// or bf16 pairs for the pair kernels) and of B (strips of nr columns,
-// zero-padded) into thread-local buffers and runs the micro-kernel panel
-// (micro.h) into a float accumulator, then stores it once (existing_out
-// added, one rounding to out's dtype). A group may start anywhere and its
+// in slices of tk: it packs the slice of B (strips of nr columns,
+// zero-padded; the next slice prefetched meanwhile) into a thread-local
+// buffer, and runs the micro-kernel panel (micro.h) over blocks of the
+// task's rows into a float accumulator, then stores it once (existing_out
+// added, one rounding to out's dtype). f32 A is read in place; bf16 A is
+// widened, or copied with a pad for the pair kernels. A product with several
+// row tasks keeps B's whole packed column panel per thread, so a thread's
+// next task of that panel packs nothing. A group may start anywhere and its
 // last tile may be partial; k and n need not divide the tiles.
 //
 // Constant weights (gmm, attribute constant_weights=1): prepare packs every
@@ -281,7 +284,7 @@ struct Scratch {
   int64_t panel_product = -1, panel_c0 = -1;
 };
 
-// Rows of A packed at a time within a task (a multiple of every mr): with a
+// Rows of A taken at a time within a task (a multiple of every mr): with a
 // tk slice they stay in L2 beside B's slice.
 constexpr int64_t kBlockRows = 96;
 
@@ -583,7 +586,7 @@ extern const kreg_kernel kGmmTiledKernel = {
     .op = "gmm",
     .variant = "tiled",
     .version = 2,
-    .doc = "tm x tn tasks over all groups on oneTBB, largest first; packed A and B slices of tk; register-blocked "
+    .doc = "tm x tn tasks over all groups on oneTBB, largest first; B packed in slices of tk; register-blocked "
            "micro-kernel (generic, AVX2, AVX-512, AVX512_BF16); rhs packed once in prepare with constant_weights=1",
     .params = kParams,
     .num_params = kNumParams,
@@ -598,7 +601,7 @@ extern const kreg_kernel kTgmmTiledKernel = {
     .op = "tgmm",
     .variant = "tiled",
     .version = 2,
-    .doc = "tm x tn tasks over all groups on oneTBB, largest first; packed A and B slices of tk; register-blocked "
+    .doc = "tm x tn tasks over all groups on oneTBB, largest first; B packed in slices of tk; register-blocked "
            "micro-kernel (generic, AVX2, AVX-512, AVX512_BF16)",
     .params = kParams,
     .num_params = kNumParams,
