@@ -63,7 +63,8 @@ constexpr kreg_dim_desc kGmmMDim = {
 constexpr kreg_dim_desc kGmmKDim = {
     .struct_size = sizeof(kreg_dim_desc), .name = "k", .doc = "reduction length (columns of lhs)"};
 constexpr kreg_dim_desc kGmmNDim = {.struct_size = sizeof(kreg_dim_desc), .name = "n", .doc = "columns of rhs and out"};
-constexpr kreg_dim_desc kGmmGroupsDim = {
+// groups and group_sizes are the same in both ops (tgmm uses these too).
+constexpr kreg_dim_desc kGroupsDim = {
     .struct_size = sizeof(kreg_dim_desc), .name = "groups", .doc = "groups (experts): the length of group_sizes"};
 constexpr kreg_dim_desc kGmmLocalGroupsDim = {
     .struct_size = sizeof(kreg_dim_desc),
@@ -71,7 +72,7 @@ constexpr kreg_dim_desc kGmmLocalGroupsDim = {
     .doc = "groups this call computes (rhs's first dim), from group_offset on; default: groups",
     .default_dim = "groups",
 };
-constexpr const kreg_dim_desc* kGmmDims[] = {&kGmmMDim, &kGmmKDim, &kGmmNDim, &kGmmGroupsDim, &kGmmLocalGroupsDim};
+constexpr const kreg_dim_desc* kGmmDims[] = {&kGmmMDim, &kGmmKDim, &kGmmNDim, &kGroupsDim, &kGmmLocalGroupsDim};
 
 constexpr kreg_attr_desc kGmmTransposeRhsAttr = {
     .struct_size = sizeof(kreg_attr_desc),
@@ -132,7 +133,7 @@ constexpr kreg_tensor_desc kGmmRhsDesc = {
     .alt_shape = "local_groups,n,k",
     .alt_shape_attr = "transpose_rhs",
 };
-constexpr kreg_tensor_desc kGmmGroupSizesDesc = {
+constexpr kreg_tensor_desc kGroupSizesDesc = {
     .struct_size = sizeof(kreg_tensor_desc),
     .name = "group_sizes",
     .doc = "rows per group, >= 0, summing to at most m",
@@ -162,7 +163,7 @@ constexpr kreg_tensor_desc kGmmExistingOutDesc = {
     .same_dtype_as = "out",
     .shape = "m,n",
 };
-constexpr const kreg_tensor_desc* kGmmTensors[] = {&kGmmLhsDesc, &kGmmRhsDesc, &kGmmGroupSizesDesc, &kGmmOutDesc,
+constexpr const kreg_tensor_desc* kGmmTensors[] = {&kGmmLhsDesc, &kGmmRhsDesc, &kGroupSizesDesc, &kGmmOutDesc,
                                                    &kGmmExistingOutDesc};
 
 static_assert(sizeof kGmmDims / sizeof kGmmDims[0] == kGmmNumDims && Named(kGmmDims[kGmmM]->name, "m") &&
@@ -196,15 +197,13 @@ constexpr kreg_dim_desc kTgmmMDim = {.struct_size = sizeof(kreg_dim_desc),
                                      .max = INT32_MAX};
 constexpr kreg_dim_desc kTgmmNDim = {
     .struct_size = sizeof(kreg_dim_desc), .name = "n", .doc = "columns of rhs and of each out[g]"};
-constexpr kreg_dim_desc kTgmmGroupsDim = {
-    .struct_size = sizeof(kreg_dim_desc), .name = "groups", .doc = "groups (experts): the length of group_sizes"};
 constexpr kreg_dim_desc kTgmmLocalGroupsDim = {
     .struct_size = sizeof(kreg_dim_desc),
     .name = "local_groups",
     .doc = "groups this call computes (out's first dim), from group_offset on; default: groups",
     .default_dim = "groups",
 };
-constexpr const kreg_dim_desc* kTgmmDims[] = {&kTgmmKDim, &kTgmmMDim, &kTgmmNDim, &kTgmmGroupsDim,
+constexpr const kreg_dim_desc* kTgmmDims[] = {&kTgmmKDim, &kTgmmMDim, &kTgmmNDim, &kGroupsDim,
                                               &kTgmmLocalGroupsDim};
 
 constexpr kreg_attr_desc kTgmmGroupOffsetAttr = {
@@ -244,16 +243,6 @@ constexpr kreg_tensor_desc kTgmmRhsDesc = {
     .same_dtype_as = "lhs",
     .shape = "m,n",
 };
-constexpr kreg_tensor_desc kTgmmGroupSizesDesc = {
-    .struct_size = sizeof(kreg_tensor_desc),
-    .name = "group_sizes",
-    .doc = "rows per group, >= 0, summing to at most m",
-    .role = KREG_ROLE_IN,
-    .dtypes = KREG_DTYPE_I32,
-    .shape = "groups",
-    .gen = KREG_GEN_PARTITION,
-    .gen_dim = "m",
-};
 constexpr kreg_tensor_desc kTgmmOutDesc = {
     .struct_size = sizeof(kreg_tensor_desc),
     .name = "out",
@@ -264,7 +253,7 @@ constexpr kreg_tensor_desc kTgmmOutDesc = {
     .tolerances = kTgmmOutTolerances,
     .num_tolerances = 2,
 };
-constexpr const kreg_tensor_desc* kTgmmTensors[] = {&kTgmmLhsDesc, &kTgmmRhsDesc, &kTgmmGroupSizesDesc, &kTgmmOutDesc};
+constexpr const kreg_tensor_desc* kTgmmTensors[] = {&kTgmmLhsDesc, &kTgmmRhsDesc, &kGroupSizesDesc, &kTgmmOutDesc};
 
 static_assert(sizeof kTgmmDims / sizeof kTgmmDims[0] == kTgmmNumDims && Named(kTgmmDims[kTgmmK]->name, "k") &&
               Named(kTgmmDims[kTgmmM]->name, "m") && Named(kTgmmDims[kTgmmN]->name, "n") &&
