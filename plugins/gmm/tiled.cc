@@ -262,7 +262,7 @@ inline int ElemBytes(bool pairs) { return pairs ? 2 : 4; }
 // Every local group's rhs packed for one tiling (constant weights).
 struct PackedWeights {
   Tiling t;
-  int64_t depth = 0, n = 0, n_pad = 0;
+  int64_t depth = 0, n_pad = 0;
   std::vector<std::unique_ptr<char[]>> groups;  // per local group
 
   // The packed slice [p0, p0 + tk) x strips from column c0 of group g.
@@ -460,7 +460,6 @@ kreg_status GmmPrepare(const kreg_config* config, const kreg_args* args, const k
     const int nr = w->t.micro->nr;
     const bool pairs = w->t.micro->bf16_pairs;
     w->depth = v.k;
-    w->n = v.n;
     w->n_pad = (v.n + nr - 1) / nr * nr;
     w->groups.resize(v.local_groups);
     const int64_t elems = PackedKc(v.k, pairs) * w->n_pad;

@@ -31,7 +31,8 @@
 // is > 0 the calling thread's OpenMP team size is set to it around
 // primitive creation and execution (and restored after). With a TBB build
 // of oneDNN the host's arena already bounds it; with a threadpool build it
-// is not honoured. The plugin's own passes run on oneTBB.
+// is not honoured. The plugin's own passes (zero fill, fix-ups, widening)
+// run on the same runtime as oneDNN (RuntimeFor).
 //
 // No exception leaves a plugin function: dnnl::error and everything else is
 // turned into a status with its message.
