@@ -69,6 +69,20 @@ std::string Why(const Kernel& kernel) {
                       ", which this CPU lacks", mask ? absl::StrCat(" (KREG_ISA_MASK=", mask, ")") : "");
 }
 
+// The parameter choices this CPU cannot run (their configurations are not
+// enumerated here), e.g. "micro=avx512 (needs avx512f,...)"; empty if none.
+std::string ChoicesNotRun(const Kernel& kernel) {
+  std::vector<std::string> out;
+  for (const ParamInfo& p : kernel.params().params()) {
+    for (size_t i = 0; i < p.choices.size(); ++i) {
+      if (p.ChoiceAvailable(static_cast<int64_t>(i), CpuIsa())) continue;
+      const uint32_t need = p.choice_isa.empty() ? 0 : p.choice_isa[i];
+      out.push_back(absl::StrCat(p.name, "=", p.choices[i], " (needs ", IsaString(need & ~CpuIsa()), ")"));
+    }
+  }
+  return absl::StrJoin(out, ", ");
+}
+
 // ---- One problem, every configuration -----------------------------------------
 
 // A problem: named dims and attributes, and how its inputs are made.
@@ -430,6 +444,9 @@ TEST_P(KernelConformanceTest, EdgeCasesOfItsOpAtEveryConfiguration) {
   }
   std::cout << kernel_->name() << ": " << tally.cases << " edge cases, " << tally.runs << " checked runs, "
             << tally.refused << " illegal combinations refused\n";
+  if (const std::string skipped = ChoicesNotRun(*kernel_); !skipped.empty()) {
+    std::cout << kernel_->name() << ": skipped, this CPU lacks their ISA: " << skipped << "\n";
+  }
   EXPECT_GE(tally.cases, 20);
   EXPECT_GT(tally.runs, 0);
 }

@@ -6,8 +6,8 @@
 //      kernels (packed by the driver: contiguous, padded, kc even for pairs);
 //   B  `strips` strips of nr columns, each kc x nr (f32), or for the pair
 //      kernels kc/2 x nr pairs (b(2q, j), b(2q + 1, j)) of bf16, zero-padded;
-//   C  float, row stride ldc, at least ceil(rows / mr) * mr rows and
-//      strips * nr columns (the driver pads: blocks are written whole).
+//   C  float, row stride ldc, at least rows + mr rows and strips * nr
+//      columns (the driver pads: blocks are written whole).
 // Every product is taken (no zero skipped), so NaN and infinities propagate
 // as in a plain matmul. Each kernel set is compiled for its ISA alone (its
 // own file, under a target pragma) from one template, micro_impl.h; the host
@@ -51,6 +51,9 @@ extern const MicroSet kMicroAvx2;
 extern const MicroSet kMicroAvx512;
 // AVX512_BF16 (vdpbf16ps) on bf16 pairs, f32 accumulators: mr x 32.
 extern const MicroSet kMicroAvx512Bf16;
+// AMX-BF16 tiles on bf16 pairs, 32 x 32 blocks; the rows and the reduction
+// the tiles do not cover go to kMicroAvx512Bf16 (mr x 32).
+extern const MicroSet kMicroAmxBf16;
 
 }  // namespace kreg::gmm
 

@@ -52,11 +52,12 @@ const int64_t kTmValues[] = {96, 192, 384};
 const int64_t kTnValues[] = {256, 512};
 const int64_t kTkValues[] = {128, 256};
 const int64_t kMrValues[] = {4, 6, 8, 12};
-const MicroSet* const kMicros[] = {&kMicroGeneric, &kMicroAvx2, &kMicroAvx512, &kMicroAvx512Bf16};
-const char* const kMicroChoices[] = {"generic", "avx2", "avx512", "avx512bf16"};
+const MicroSet* const kMicros[] = {&kMicroGeneric, &kMicroAvx2, &kMicroAvx512, &kMicroAvx512Bf16, &kMicroAmxBf16};
+const char* const kMicroChoices[] = {"generic", "avx2", "avx512", "avx512bf16", "amx"};
 constexpr uint32_t kAvx512Isa =
     KREG_ISA_AVX2 | KREG_ISA_FMA | KREG_ISA_AVX512F | KREG_ISA_AVX512BW | KREG_ISA_AVX512VL | KREG_ISA_AVX512DQ;
-const uint32_t kMicroIsa[] = {0, KREG_ISA_AVX2 | KREG_ISA_FMA, kAvx512Isa, kAvx512Isa | KREG_ISA_AVX512BF16};
+const uint32_t kMicroIsa[] = {0, KREG_ISA_AVX2 | KREG_ISA_FMA, kAvx512Isa, kAvx512Isa | KREG_ISA_AVX512BF16,
+                               kAvx512Isa | KREG_ISA_AVX512BF16 | KREG_ISA_AMX_TILE | KREG_ISA_AMX_BF16};
 constexpr int kNumMicros = sizeof kMicros / sizeof kMicros[0];
 constexpr int kMicroAvx2Choice = 1;
 
@@ -90,7 +91,7 @@ const kreg_param_desc kTkParam = {
 const kreg_param_desc kMrParam = {
     .struct_size = sizeof(kreg_param_desc),
     .name = "mr",
-    .doc = "rows of the micro-kernel's register block (8 and 12 need an avx512 micro-kernel)",
+    .doc = "rows of the micro-kernel's register block (8 and 12 need an avx512 micro-kernel; amx uses it past its tiles)",
     .kind = KREG_PARAM_INT,
     .values = kMrValues,
     .num_values = 4,
@@ -99,7 +100,7 @@ const kreg_param_desc kMrParam = {
 const kreg_param_desc kMicroParam = {
     .struct_size = sizeof(kreg_param_desc),
     .name = "micro",
-    .doc = "micro-kernel: portable C++, AVX2+FMA, AVX-512 f32, or AVX512_BF16 pair dot products (bf16 inputs)",
+    .doc = "micro-kernel: portable C++, AVX2+FMA, AVX-512 f32, or for bf16 inputs AVX512_BF16 pair dot products or AMX-BF16 tiles",
     .kind = KREG_PARAM_CHOICE,
     .choices = kMicroChoices,
     .num_choices = kNumMicros,
@@ -326,7 +327,7 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
     Scratch& s = scratch.local();
     const int64_t strips = (task.cols + nr - 1) / nr;
     const int64_t ldc = strips * nr;
-    const int64_t rows_pad = (task.rows + t.mr - 1) / t.mr * t.mr;
+    const int64_t rows_pad = task.rows + t.mr;  // micro.h: blocks are written whole
     const int64_t block = std::min(kBlockRows, task.rows);
     const int64_t kcp = PackedKc(t.tk, pairs);
     const int64_t lda = kcp + (pairs ? 32 : 16);  // padded: rows do not alias in L1
@@ -586,7 +587,7 @@ extern const kreg_kernel kGmmTiledKernel = {
     .variant = "tiled",
     .version = 2,
     .doc = "tm x tn tasks over all groups on oneTBB, largest first; B packed in slices of tk; register-blocked "
-           "micro-kernel (generic, AVX2, AVX-512, AVX512_BF16); rhs packed once in prepare with constant_weights=1",
+           "micro-kernel (generic, AVX2, AVX-512, AVX512_BF16, AMX-BF16); rhs packed once in prepare with constant_weights=1",
     .params = kParams,
     .num_params = kNumParams,
     .check = GmmCheck,
@@ -601,7 +602,7 @@ extern const kreg_kernel kTgmmTiledKernel = {
     .variant = "tiled",
     .version = 2,
     .doc = "tm x tn tasks over all groups on oneTBB, largest first; B packed in slices of tk; register-blocked "
-           "micro-kernel (generic, AVX2, AVX-512, AVX512_BF16)",
+           "micro-kernel (generic, AVX2, AVX-512, AVX512_BF16, AMX-BF16)",
     .params = kParams,
     .num_params = kNumParams,
     .check = TgmmCheck,
