@@ -50,6 +50,9 @@ struct Flags {
 
   // Measuring.
   int warmup = 3, reps = 10, threads = 0;
+  // Collectives: thread ranks in this process, and how long a wait may last.
+  int ranks = 0;
+  double comm_timeout = 30;
   bool check = false;
   std::string save_outputs;
 

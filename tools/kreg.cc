@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "kreg/comm.h"
 #include "kreg/measure.h"
 #include "kreg/npy.h"
 #include "kreg/op.h"
@@ -308,28 +309,67 @@ absl::Status Run(const Flags& flags) {
     if (!c.ok()) return absl::InvalidArgumentError(c.status().message());
     config = *c;
   }
-  absl::StatusOr<std::unique_ptr<Problem>> problem =
-      Problem::Make(spec->op, (*registry)->Reference(spec->op->name()), spec->values, spec->options);
-  if (!problem.ok()) return problem.status();
-  Problem& p = **problem;
-  Json chosen_by = nullptr;
-  std::string how;
-  if (from_table) {
-    absl::StatusOr<TableChoice> choice = ChooseFromTable(flags, *spec, **registry, *p.args());
-    if (!choice.ok()) return choice.status();
-    kernel = choice->kernel;
-    config = choice->config;
-    how = choice->how;
-    chosen_by = std::move(choice->answer);
-    name = kernel->name();
+  const Op& op = *spec->op;
+  if (flags.ranks > 0) {
+    if (absl::Status s = op.SetRanks(&spec->values, flags.ranks); !s.ok()) return s;
+    if (from_table) return absl::UnimplementedError("a table's choice for a collective op: not yet (give OP/VARIANT)");
+  } else if (op.collective()) {
+    return absl::InvalidArgumentError(absl::StrCat(op.name(), " is a collective op: give --ranks N"));
   }
 
-  MeasureOptions measure;
-  measure.warmup = flags.warmup;
-  measure.reps = flags.reps;
-  measure.check = flags.check;
-  measure.run.num_threads = flags.threads;
-  const Measurement m = MeasureKernel(*kernel, config, {&p}, measure);
+  // Collectives run on every rank at once: each builds its own problem (its
+  // inputs seeded by its rank) and they measure together; rank 0 reports.
+  std::vector<std::unique_ptr<Comm>> comms;
+  if (flags.ranks > 0) {
+    CommOptions comm_options;
+    comm_options.timeout_seconds = flags.comm_timeout;
+    comms = ThreadComms(flags.ranks, comm_options);
+  }
+  std::vector<std::unique_ptr<Problem>> problems(std::max<size_t>(comms.size(), 1));
+  std::vector<Measurement> measured(problems.size());
+  auto make_problem = [&](Comm* comm) -> absl::Status {
+    ProblemOptions options = spec->options;
+    if (comm != nullptr) options.comm = comm->abi();
+    absl::StatusOr<std::unique_ptr<Problem>> problem =
+        Problem::Make(spec->op, (*registry)->Reference(op.name()), spec->values, options);
+    if (!problem.ok()) return problem.status();
+    problems[comm != nullptr ? comm->rank() : 0] = *std::move(problem);
+    return absl::OkStatus();
+  };
+  auto measure = [&](Comm* comm) {
+    const int rank = comm != nullptr ? comm->rank() : 0;
+    MeasureOptions options;
+    options.warmup = flags.warmup;
+    options.reps = flags.reps;
+    options.check = flags.check;
+    options.run.num_threads = flags.threads;
+    options.comm = comm;
+    measured[rank] = MeasureKernel(*kernel, config, {problems[rank].get()}, options);
+  };
+  Json chosen_by = nullptr;
+  std::string how;
+  if (!comms.empty()) {
+    absl::Status s = RunRanks(comms, [&](Comm& c) {
+      absl::Status made = make_problem(&c);
+      if (made.ok()) measure(&c);
+      return made;
+    });
+    if (!s.ok()) return s;
+  } else {
+    if (absl::Status s = make_problem(nullptr); !s.ok()) return s;
+    if (from_table) {
+      absl::StatusOr<TableChoice> choice = ChooseFromTable(flags, *spec, **registry, *problems[0]->args());
+      if (!choice.ok()) return choice.status();
+      kernel = choice->kernel;
+      config = choice->config;
+      how = choice->how;
+      chosen_by = std::move(choice->answer);
+      name = kernel->name();
+    }
+    measure(nullptr);
+  }
+  Problem& p = *problems[0];
+  const Measurement& m = measured[0];
   const bool failed_check = m.status == TrialStatus::kWrongResult;
   if (!m.ok() && !failed_check) {
     return m.status == TrialStatus::kIllegal ? absl::InvalidArgumentError(m.error) : absl::InternalError(m.error);
@@ -342,9 +382,13 @@ absl::Status Run(const Flags& flags) {
       return absl::PermissionDeniedError(
           absl::StrCat("--save-outputs: cannot create '", flags.save_outputs, "': ", ec.message()));
     }
-    for (const auto& [out_name, tensor] : p.outputs()) {
-      if (absl::Status s = WriteNpy(absl::StrCat(flags.save_outputs, "/", out_name, ".npy"), *tensor); !s.ok()) {
-        return s;
+    // A collective's outputs per rank: DIR/NAME.rankR.npy.
+    for (size_t r = 0; r < problems.size(); ++r) {
+      const std::string suffix = comms.empty() ? ".npy" : absl::StrCat(".rank", r, ".npy");
+      for (const auto& [out_name, tensor] : problems[r]->outputs()) {
+        if (absl::Status s = WriteNpy(absl::StrCat(flags.save_outputs, "/", out_name, suffix), *tensor); !s.ok()) {
+          return s;
+        }
       }
     }
   }
@@ -628,7 +672,8 @@ int Main(int argc, char** argv) {
                   "kreg run topk/sort --dims batch=8,n=1000,k=10 --check\n"
                   "kreg run topk/sort --dims batch=64,n=32768,k=2048 --dtype bf16 --param method=nth_element\n"
                   "kreg run topk/sort --dims k=64 --input input=logits.npy --save-outputs out/ --check\n"
-                  "kreg run topk --db topk.lut --dims batch=48,n=40000,k=64 --check"});
+                  "kreg run topk --db topk.lut --dims batch=48,n=40000,k=64 --check\n"
+                  "kreg run allreduce/ring --ranks 5 --dims count=1000000 --check"});
   run->add_option("KERNEL", f.target, "OP/VARIANT to run (kreg list shows them), or OP with --db")->required();
   AddDims(run, f, "the op's dims and attributes, e.g. batch=8,n=1000,k=10; dims an --input gives may be left out");
   AddDtype(run, f);
@@ -638,11 +683,20 @@ int Main(int argc, char** argv) {
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   AddInput(run, f);
-  run->add_option("--save-outputs,--save_outputs", f.save_outputs, "write each output to DIR/NAME.npy")
+  run->add_option("--save-outputs,--save_outputs", f.save_outputs,
+                  "write each output to DIR/NAME.npy (a collective's: DIR/NAME.rankR.npy)")
       ->option_text("DIR");
   AddGenerate(run, f);
   AddMeasure(run, f);
   run->add_flag("--check", f.check, "check the outputs against the op's reference kernel");
+  run->add_option("--ranks", f.ranks, "collective ops: run on N ranks, threads of this process")
+      ->option_text("N")
+      ->check(Number(1, true));
+  run->add_option("--comm-timeout,--comm_timeout", f.comm_timeout,
+                  "collective ops: seconds a rank waits for another before failing")
+      ->option_text("SECONDS")
+      ->capture_default_str()
+      ->check(Number(0, false, false));
   run->add_option("--db", f.db, "a tuning table; with OP alone, run what it picks for the problem")->option_text("FILE");
   AddDataClass(run, f, "with --db: the data class to ask the table for (default: the op's classifier on the inputs, "
                        "else dist=NAME for a --dist other than normal)");

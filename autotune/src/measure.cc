@@ -4,84 +4,145 @@
 #include <chrono>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
+
 namespace kreg {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double Nanos(Clock::duration d) { return std::chrono::duration<double, std::nano>(d).count(); }
 
+// What every rank of a collective learns after each step: the worst status
+// (ok < wrong result < illegal < error) and the lowest rank that had it, and
+// the largest value (a run's time). Without a communicator, this rank's own.
+class Ranks {
+ public:
+  explicit Ranks(Comm* comm) : comm_(comm) {}
+
+  // Shares this rank's outcome `m` (status, error) and `value`; returns the
+  // largest value. On failure anywhere, *m is this rank's own failure or
+  // "rank R failed", and false is returned.
+  bool Share(Measurement* m, double* value = nullptr) {
+    if (comm_ == nullptr) return m->status == TrialStatus::kOk;
+    const double severity = Severity(m->status);
+    const double v = value != nullptr ? *value : 0;
+    // Lowest failing rank: the largest (size - rank) among those failing.
+    absl::StatusOr<std::vector<double>> all =
+        comm_->AllMax({severity, severity > 0 ? comm_->size() - comm_->rank() : 0.0, v});
+    if (!all.ok()) {
+      m->status = TrialStatus::kError;
+      if (m->error.empty()) m->error = std::string(all.status().message());
+      return false;
+    }
+    if (value != nullptr) *value = (*all)[2];
+    if ((*all)[0] == 0) return true;
+    const int failed = comm_->size() - static_cast<int>((*all)[1]);
+    if (severity != (*all)[0]) {
+      m->status = FromSeverity((*all)[0]);
+      m->error = absl::StrCat("rank ", failed, " failed");
+    }
+    return false;
+  }
+
+ private:
+  static double Severity(TrialStatus s) {
+    switch (s) {
+      case TrialStatus::kOk:
+        return 0;
+      case TrialStatus::kWrongResult:
+        return 1;
+      case TrialStatus::kIllegal:
+        return 2;
+      default:
+        return 3;
+    }
+  }
+  static TrialStatus FromSeverity(double s) {
+    return s == 1 ? TrialStatus::kWrongResult : s == 2 ? TrialStatus::kIllegal : TrialStatus::kError;
+  }
+  Comm* comm_;
+};
+
+// Runs `run` once, timed; a collective starts every rank at a barrier.
+absl::Status TimedRun(PreparedRun& run, Comm* comm, double* nanos) {
+  if (comm != nullptr) {
+    if (absl::Status s = comm->Barrier(); !s.ok()) return s;
+  }
+  const auto t0 = Clock::now();
+  absl::Status s = run.Run();
+  *nanos = Nanos(Clock::now() - t0);
+  return s;
+}
+
 }  // namespace
 
 Measurement MeasureKernel(const Kernel& kernel, const Config& config, const std::vector<Problem*>& problems,
                           const MeasureOptions& options) {
   Measurement m;
-  if (absl::Status s = kernel.Check(config, *problems[0]->args()); !s.ok()) {
-    m.status = TrialStatus::kIllegal;
-    m.error = std::string(s.message());
-    return m;
-  }
+  Ranks ranks(options.comm);
+  RunOptions run_options = options.run;
+  if (options.comm != nullptr) run_options.comm = options.comm->abi();
+  auto failed = [&](const absl::Status& s, TrialStatus status = TrialStatus::kError) {
+    if (!s.ok()) {
+      m.status = status;
+      m.error = std::string(s.message());
+    }
+    return !ranks.Share(&m);
+  };
+  m.status = TrialStatus::kOk;
+  if (failed(kernel.Check(config, *problems[0]->args()), TrialStatus::kIllegal)) return m;
   // Everything a run needs is made now, outside the clock.
   std::vector<std::unique_ptr<PreparedRun>> prepared;
+  absl::Status prepare_status;
   for (Problem* p : problems) {
-    absl::StatusOr<std::unique_ptr<PreparedRun>> run = kernel.Prepare(config, *p->args(), options.run);
+    absl::StatusOr<std::unique_ptr<PreparedRun>> run = kernel.Prepare(config, *p->args(), run_options);
     if (!run.ok()) {
-      m.error = std::string(run.status().message());
-      return m;
+      prepare_status = run.status();
+      break;
     }
     prepared.push_back(*std::move(run));
   }
-  auto t0 = Clock::now(), t1 = t0;
+  if (failed(prepare_status)) return m;
   const bool check = options.check && !(options.verified && options.reps > 1);
-  if (check) {
-    // The reference runs first, on inputs no candidate has touched.
-    if (absl::Status s = problems[0]->ComputeReference(); !s.ok()) {
-      m.error = std::string(s.message());
-      return m;
-    }
-  }
+  // The reference runs first, on inputs no candidate has touched.
+  if (check && failed(problems[0]->ComputeReference())) return m;
+  double first_ns = 0;
   if (check || options.reps <= 1) {
     Problem& first = *problems[0];
     first.PoisonOutputs();
     first.RestoreInOut();
-    t0 = Clock::now();
-    absl::Status s = prepared[0]->Run();
-    t1 = Clock::now();
-    if (!s.ok()) {
-      m.error = std::string(s.message());
-      return m;
-    }
+    if (failed(TimedRun(*prepared[0], options.comm, &first_ns))) return m;
     if (check) {
-      if (absl::Status c = first.CheckOutputs(); !c.ok()) {
-        m.status = absl::IsInvalidArgument(c) ? TrialStatus::kWrongResult : TrialStatus::kError;
-        m.error = std::string(c.message());
-        return m;
-      }
+      const absl::Status c = first.CheckOutputs();
+      if (failed(c, absl::IsInvalidArgument(c) ? TrialStatus::kWrongResult : TrialStatus::kError)) return m;
     }
   }
   std::vector<double> times;
   if (options.reps <= 1) {
-    times.push_back(Nanos(t1 - t0));
+    if (!ranks.Share(&m, &first_ns)) return m;
+    times.push_back(first_ns);
   } else {
     size_t turn = 0;
     const int warmup = options.verified ? std::min(options.warmup, 1) : options.warmup;
     for (int i = 0; i < warmup; ++i) {
       const size_t at = turn++ % problems.size();
       problems[at]->RestoreInOut();
-      (void)prepared[at]->Run();
+      double ns = 0;
+      if (failed(TimedRun(*prepared[at], options.comm, &ns))) return m;
     }
-    const auto start = Clock::now();
+    double timed_ns = 0;  // the timed runs so far
     std::vector<double> medians;  // the running median after each sample
     for (int i = 0; i < options.reps; ++i) {
       const size_t at = turn++ % problems.size();
       problems[at]->RestoreInOut();
-      t0 = Clock::now();
-      absl::Status s = prepared[at]->Run();
-      t1 = Clock::now();
-      if (!s.ok()) {
+      double ns = 0;
+      if (absl::Status s = TimedRun(*prepared[at], options.comm, &ns); !s.ok()) {
+        m.status = TrialStatus::kError;
         m.error = std::string(s.message());
-        return m;
       }
-      times.push_back(Nanos(t1 - t0));
+      if (!ranks.Share(&m, &ns)) return m;  // ns: the slowest rank's
+      times.push_back(ns);
+      timed_ns += ns;
       std::vector<double> sorted = times;
       std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
       medians.push_back(sorted[sorted.size() / 2]);
@@ -90,7 +151,7 @@ Measurement MeasureKernel(const Kernel& kernel, const Config& config, const std:
         const auto [lo, hi] = std::minmax({medians[k - 1], medians[k - 2], medians[k - 3]});
         if (hi <= lo * 1.01) break;
       }
-      if (i >= 2 && std::chrono::duration<double>(t1 - start).count() > options.max_seconds) break;
+      if (i >= 2 && timed_ns * 1e-9 > options.max_seconds) break;
     }
   }
   std::sort(times.begin(), times.end());

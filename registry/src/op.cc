@@ -145,6 +145,11 @@ absl::StatusOr<std::shared_ptr<const Op>> Op::Read(const kreg_op_desc& d,
         return in(absl::StrCat("dim '", dim->name, "': default_dim '", dim->default_dim, "' is not an earlier dim"));
       }
     }
+    if (KREG_HAS_FIELD(dim, kreg_dim_desc, flags) && (dim->flags & KREG_DIM_RANKS) != 0) {
+      if (op->ranks_dim_ >= 0) return in("more than one dim is KREG_DIM_RANKS");
+      if (info.default_dim >= 0) return in(absl::StrCat("dim '", dim->name, "' is KREG_DIM_RANKS and has a default_dim"));
+      op->ranks_dim_ = static_cast<int>(i);
+    }
     op->dims_.push_back(std::move(info));
   }
   if (d.num_attrs > 0 && d.attrs == nullptr) return in("attrs is NULL");
@@ -303,7 +308,11 @@ std::string Op::AltShapeNote(const TensorInfo& t, const kreg_scalar* attrs) cons
 std::string Op::Describe() const {
   std::vector<std::string> dims, tensors, attrs;
   for (const DimInfo& d : dims_) {
-    dims.push_back(d.default_dim < 0 ? d.name : absl::StrCat(d.name, " (default ", dims_[d.default_dim].name, ")"));
+    if (static_cast<int>(dims.size()) == ranks_dim_) {
+      dims.push_back(absl::StrCat(d.name, " (the communicator's size: --ranks)"));
+    } else {
+      dims.push_back(d.default_dim < 0 ? d.name : absl::StrCat(d.name, " (default ", dims_[d.default_dim].name, ")"));
+    }
   }
   for (const TensorInfo& t : tensors_) {
     const char* role = t.role == KREG_ROLE_IN ? "in" : t.role == KREG_ROLE_OUT ? "out" : "in-out";
@@ -394,10 +403,24 @@ absl::StatusOr<Values> Op::ParseValues(const Dims& dims) const {
 absl::Status Op::CheckComplete(const Values& values) const {
   for (size_t i = 0; i < dims_.size(); ++i) {
     if (values.dims[i] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(name_, ": dimension '", dims_[i].name,
-                                                     "' is missing (give it in --dims or through an input file)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          name_, ": dimension '", dims_[i].name, "' is missing (",
+          static_cast<int>(i) == ranks_dim_ ? "give --ranks N" : "give it in --dims or through an input file", ")"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Op::SetRanks(Values* values, int ranks) const {
+  if (ranks_dim_ < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, " is not a collective op: it runs on one rank"));
+  }
+  int64_t& dim = values->dims[ranks_dim_];
+  if (dim >= 0 && dim != ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": ", dims_[ranks_dim_].name, "=", dim,
+                                                   " disagrees with the communicator's ", ranks, " ranks"));
+  }
+  dim = ranks;
   return absl::OkStatus();
 }
 

@@ -215,8 +215,20 @@ absl::StatusOr<std::unique_ptr<Problem>> Problem::Make(std::shared_ptr<const Op>
     total += *bytes * copies;
   }
 
+  if (op.collective()) {
+    if (options.comm == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op.name(), " is a collective op: run it on several ranks (--ranks N, or under mpirun)"));
+    }
+    if (values.dims[op.ranks_dim()] != options.comm->size) {
+      return absl::InvalidArgumentError(absl::StrCat(op.name(), ": ", op.dims()[op.ranks_dim()].name, "=",
+                                                     values.dims[op.ranks_dim()], " but the communicator has ",
+                                                     options.comm->size, " ranks"));
+    }
+  }
   auto p = std::unique_ptr<Problem>(new Problem());
   p->op_ = std::move(op_ptr);
+  p->comm_ = options.comm;
   p->reference_ = std::move(reference);
   p->values_ = values;
   p->tensors_.resize(infos.size());
@@ -243,7 +255,8 @@ absl::StatusOr<std::unique_ptr<Problem>> Problem::Make(std::shared_ptr<const Op>
     const TensorInfo& info = infos[i];
     if (!p->tensors_[i] || !info.is_input() || options.inputs.contains(info.name)) continue;
     Tensor& t = *p->tensors_[i];
-    const uint64_t seed = options.seed * 0x9e3779b97f4a7c15ull + i;
+    const uint64_t rank = options.comm != nullptr ? static_cast<uint64_t>(options.comm->rank) : 0;
+    const uint64_t seed = options.seed * 0x9e3779b97f4a7c15ull + i + rank * 0x632be59bd9b4e019ull;
     switch (info.gen) {
       case KREG_GEN_VALUES:
         FillRandom(t, options.dist, seed);
@@ -330,8 +343,11 @@ absl::Status Problem::ComputeReference() const {
   }
   kreg_args args = args_;
   args.tensors = pointers.data();
-  if (absl::Status s = reference_->Run(reference_->DefaultConfig(), args); !s.ok()) {
-    return absl::InternalError(absl::StrCat("the reference failed: ", s.message()));
+  RunOptions options;
+  options.comm = comm_;
+  if (absl::Status s = reference_->Run(reference_->DefaultConfig(), args, options); !s.ok()) {
+    return absl::Status(absl::IsUnavailable(s) || absl::IsCancelled(s) ? s.code() : absl::StatusCode::kInternal,
+                        absl::StrCat("the reference failed: ", s.message()));
   }
   expected_ = std::move(out);
   return absl::OkStatus();

@@ -55,6 +55,8 @@ absl::Status FromAbi(kreg_status code, absl::string_view message) {
       return absl::CancelledError(msg);
     case KREG_INTERNAL:
       return absl::InternalError(msg);
+    case KREG_UNAVAILABLE:
+      return absl::UnavailableError(msg);
   }
   return absl::UnknownError(absl::StrCat("unknown kreg_status ", static_cast<int>(code), ": ", msg));
 }
@@ -234,6 +236,8 @@ kreg_status HostCallbacks::Dispatch(void* ctx, const char* op, const kreg_args* 
       return KREG_RESOURCE_EXHAUSTED;
     case absl::StatusCode::kCancelled:
       return KREG_CANCELLED;
+    case absl::StatusCode::kUnavailable:
+      return KREG_UNAVAILABLE;
     default:
       return KREG_INTERNAL;
   }
@@ -253,6 +257,7 @@ std::unique_ptr<PreparedRun::HostContext> MakeHost(const std::string& kernel, co
   h.alloc = HostCallbacks::Alloc;
   h.free = HostCallbacks::Free;
   h.dispatch = HostCallbacks::Dispatch;
+  h.comm = options.comm;
   return c;
 }
 

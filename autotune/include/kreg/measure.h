@@ -10,6 +10,12 @@
 // median is stable (the last three within 1%, at least 5 samples) or past
 // max_seconds.
 //
+// Collective ops: every rank calls MeasureKernel at once with its own
+// problems and its Comm. Each timed run starts at a barrier and its time is
+// the slowest rank's; every rank learns every failure, so all take the same
+// decisions (stop early, give up) and return the same status (the failing
+// rank its own error, the others "rank R failed").
+//
 // Thread-safety: one call at a time per set of problems.
 #ifndef KREG_AUTOTUNE_MEASURE_H_
 #define KREG_AUTOTUNE_MEASURE_H_
@@ -17,6 +23,7 @@
 #include <vector>
 
 #include "kreg/autotune.h"
+#include "kreg/comm.h"
 #include "kreg/problem.h"
 #include "kreg/registry.h"
 
@@ -29,6 +36,7 @@ struct MeasureOptions {
   bool check = true;       // check the first run against the reference
   bool verified = false;   // already checked on these problems: skip the check, warm up once
   RunOptions run;          // threads, cancellation, workspace
+  Comm* comm = nullptr;    // collective ops: this rank's (sets run.comm)
 };
 
 // Measures `kernel` with `config` on `problems` (at least one). reps <= 1:

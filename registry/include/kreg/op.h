@@ -148,6 +148,13 @@ class Op {
   int FindDim(absl::string_view name) const;
   int FindTensor(absl::string_view name) const;
   int FindAttr(absl::string_view name) const;
+  // Collective ops have a dim the communicator's size sets (KREG_DIM_RANKS):
+  // its index, or -1.
+  int ranks_dim() const { return ranks_dim_; }
+  bool collective() const { return ranks_dim_ >= 0; }
+  // Sets the ranks dim of `values` to `ranks`; InvalidArgument when the op
+  // is not collective or the dim was given another value.
+  absl::Status SetRanks(Values* values, int ranks) const;
   // Preferred variants when nothing is tuned (descriptor order).
   const std::vector<std::string>& default_variants() const { return default_variants_; }
   // The op's own choice for shape-only `args` on `host`, or "" for none.
@@ -226,6 +233,7 @@ class Op {
   std::vector<TensorInfo> tensors_;
   std::vector<AttrInfo> attrs_;
   std::vector<std::string> default_variants_;
+  int ranks_dim_ = -1;
   // "[batch,n]": a shape's dim names.
   std::string DimNames(const std::vector<int>& shape) const;
   // For a tensor with an alt_shape: " (rhs is [groups,n,k] with

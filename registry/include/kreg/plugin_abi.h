@@ -120,7 +120,9 @@ typedef enum kreg_status {
   KREG_UNIMPLEMENTED = 2,      /* legal, but this kernel does not do it */
   KREG_RESOURCE_EXHAUSTED = 3, /* out of memory or workspace too small */
   KREG_CANCELLED = 4,          /* kreg_host.cancelled() said stop */
-  KREG_INTERNAL = 5            /* a bug in the plugin */
+  KREG_INTERNAL = 5,           /* a bug in the plugin */
+  KREG_UNAVAILABLE = 6         /* a peer rank failed, or did not answer within
+                                  the communicator's timeout */
 } kreg_status;
 
 /* Instruction-set extensions (bit mask). The host runs a kernel, or a
@@ -169,7 +171,12 @@ typedef struct kreg_dim_desc {
    * e.g. "local_groups" defaulting to "groups". NULL: the dim must be
    * given. */
   const char* default_dim;
+  uint32_t flags; /* KREG_DIM_* */
 } kreg_dim_desc;
+/* kreg_dim_desc.flags */
+#define KREG_DIM_RANKS 1u /* the communicator's size: the host sets it (a value
+                             the user gives must equal it); an op with such a
+                             dim is collective, its kernels run on every rank */
 #define KREG_DIM_DESC_MIN_SIZE (offsetof(kreg_dim_desc, max) + sizeof(int64_t))
 
 typedef enum kreg_role {
@@ -370,8 +377,37 @@ typedef struct kreg_config {
 
 /* ---- The host ------------------------------------------------------------ */
 
-struct kreg_comm;   /* a communicator: defined with the collectives */
 struct kreg_device; /* a device backend (streams, device memory): later */
+
+/* One rank's view of a communicator (collective ops; NCCL's net plugin
+ * shape). Messages are point to point, matched by (source, tag) in the
+ * order posted, as MPI's are; tags >= 0 are the kernel's, negative tags the
+ * host's. A message must have the posted receive's size exactly: sizes that
+ * disagree fail both sides with KREG_INVALID_ARGUMENT naming the ranks (the
+ * ranks disagree on sizes or dtypes). A send's buffer must stay untouched,
+ * and a receive's unread, until its request is done.
+ * Requests: isend / irecv return one in *request; test() sets *done, and a
+ * done request is finished; wait() finishes it whatever it returns. Every
+ * request must be finished before the kernel returns (on error too: wait on
+ * the ones posted; after a failure they return at once).
+ * Waiting (wait, barrier, and test's bookkeeping) never spins a core for
+ * long: a rank that waits sleeps. It gives up with KREG_UNAVAILABLE when a
+ * peer has failed or nothing has arrived within the communicator's timeout,
+ * and with KREG_CANCELLED when the host's cancelled() says stop; the
+ * message names the peer and what was awaited. */
+typedef struct kreg_comm {
+  size_t struct_size;
+  void* ctx; /* passed back to every function below */
+  int32_t rank, size;
+  kreg_status (*isend)(void* ctx, int32_t peer, int32_t tag, const void* buf, size_t bytes, void** request,
+                       char* msg, size_t msg_cap);
+  kreg_status (*irecv)(void* ctx, int32_t peer, int32_t tag, void* buf, size_t bytes, void** request,
+                       char* msg, size_t msg_cap);
+  kreg_status (*test)(void* ctx, void* request, int* done, char* msg, size_t msg_cap);
+  kreg_status (*wait)(void* ctx, void* request, char* msg, size_t msg_cap);
+  kreg_status (*barrier)(void* ctx, char* msg, size_t msg_cap);
+} kreg_comm;
+#define KREG_COMM_MIN_SIZE (offsetof(kreg_comm, barrier) + sizeof(void*))
 
 /* What only the host owns. Any function pointer may be NULL. */
 typedef struct kreg_host {
@@ -388,7 +424,7 @@ typedef struct kreg_host {
    * (composite ops). */
   kreg_status (*dispatch)(void* ctx, const char* op, const kreg_args* args, char* msg,
                           size_t msg_cap);
-  const struct kreg_comm* comm;     /* NULL outside collectives */
+  const kreg_comm* comm;            /* this rank's; NULL outside collectives */
   const struct kreg_device* device; /* NULL on the CPU */
 } kreg_host;
 #define KREG_HOST_MIN_SIZE (offsetof(kreg_host, isa) + sizeof(uint32_t))

@@ -55,6 +55,10 @@ struct ProblemOptions {
   // Inputs given by the user (name -> array) replace random ones; their
   // shapes supply dims left out.
   std::map<std::string, Tensor> inputs;
+  // Collective ops: this rank's communicator (its size must be the values'
+  // ranks dim). Random inputs are then drawn from seed and the rank, so each
+  // rank's differ and any rank can be reproduced.
+  const kreg_comm* comm = nullptr;
 };
 
 // Shape-only arguments for `values` and `options` (dtypes, optional inputs,
@@ -101,7 +105,8 @@ class Problem {
   // element that differs, or a read-only input that was written;
   // FailedPrecondition without a reference.
   absl::Status CheckOutputs() const;
-  // Sets the reference's outputs now (outside any clock); idempotent.
+  // Sets the reference's outputs now (outside any clock); idempotent. For a
+  // collective op every rank must call it together.
   absl::Status ComputeReference() const;
 
   // Present tensors by name, in the op's order.
@@ -112,6 +117,7 @@ class Problem {
   Problem() = default;
   std::shared_ptr<const Op> op_;
   std::shared_ptr<const Kernel> reference_;
+  const kreg_comm* comm_ = nullptr;
   Values values_;
   std::vector<std::optional<Tensor>> tensors_;  // per op tensor
   std::vector<std::optional<Tensor>> initial_;  // in-out tensors' initial contents

@@ -64,6 +64,8 @@ struct RunOptions {
   // kreg_host.dispatch: runs an op through a tuning table (the Dispatcher
   // sets it); unset: kernels that dispatch get UNIMPLEMENTED.
   std::function<absl::Status(absl::string_view op, const kreg_args& args)> dispatch;
+  // kreg_host.comm: this rank's communicator, for collective ops.
+  const kreg_comm* comm = nullptr;
 };
 
 class LoadedPlugin;

@@ -1,0 +1,76 @@
+// Communicators: what collective kernels exchange data through (kreg_comm
+// in the plugin ABI), seen from the host.
+//
+// A Comm is one rank's communicator. Its abi() table is what a kernel gets
+// in kreg_host.comm; the host's own collectives (Barrier, AllMax), used to
+// time and check a collective run on every rank at once, go through the
+// same table on negative tags, so they work over any backend.
+//
+// Backends:
+//   threads  ThreadComms(n): n ranks as threads of one process, exchanging
+//            through shared memory (a receive copies straight from the
+//            sender's buffer). A waiting rank sleeps on a condition
+//            variable; it never spins.
+//
+// Failures: a wait gives up after the timeout (KREG_UNAVAILABLE naming the
+// peer and the message awaited), when the cancel flag is set
+// (KREG_CANCELLED), or at once when a rank has called Abort (every rank's
+// waits then fail, naming the rank and its reason). A world that has seen
+// an abort stays failed: make a fresh one.
+//
+// Thread-safety: each Comm is used by one thread at a time (its rank's);
+// distinct ranks' Comms are used concurrently.
+#ifndef KREG_BACKENDS_COMM_H_
+#define KREG_BACKENDS_COMM_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kreg/plugin_abi.h"
+
+namespace kreg {
+
+struct CommOptions {
+  double timeout_seconds = 30;                    // bounds every wait
+  const std::atomic<int>* cancel_flag = nullptr;  // non-zero: waits stop
+};
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  const kreg_comm* abi() const { return &abi_; }
+  int rank() const { return abi_.rank; }
+  int size() const { return abi_.size; }
+  // "threads" or "mpi".
+  virtual absl::string_view backend() const = 0;
+  // Marks this rank failed with `why`: every rank's waits fail from now on.
+  virtual void Abort(absl::string_view why) = 0;
+
+  // Host collectives (every rank calls them, in the same order).
+  absl::Status Barrier();
+  // The element-wise maximum of every rank's `values` (same length on all).
+  absl::StatusOr<std::vector<double>> AllMax(std::vector<double> values);
+
+ protected:
+  kreg_comm abi_{};
+};
+
+// n >= 1 thread ranks sharing one world.
+std::vector<std::unique_ptr<Comm>> ThreadComms(int n, const CommOptions& options);
+
+// Runs body(comm) for every comm at once, each on a thread of its own, and
+// returns the first error by rank order (OK if none). A rank whose body
+// fails is aborted, so ranks waiting on it fail at once instead of at the
+// timeout.
+absl::Status RunRanks(const std::vector<std::unique_ptr<Comm>>& comms, const std::function<absl::Status(Comm&)>& body);
+
+}  // namespace kreg
+
+#endif  // KREG_BACKENDS_COMM_H_
