@@ -1,5 +1,8 @@
 #include "kreg/comm.h"
 
+#include <dlfcn.h>
+
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -52,8 +55,46 @@ absl::StatusOr<std::vector<double>> Comm::AllMax(std::vector<double> values) {
   return values;
 }
 
+std::string CollectiveDataClass(absl::string_view backend) { return absl::StrCat("backend=", backend); }
+
+absl::StatusOr<std::unique_ptr<Comm>> LoadMpiComm(const CommOptions& options) {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("KREG_MPI_BACKEND"); env != nullptr && *env != '\0') {
+    candidates.push_back(env);
+  } else {
+    std::error_code ec;
+    const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) candidates.push_back((exe.parent_path().parent_path() / "lib/kreg/backends/kreg_mpi.so").string());
+    candidates.push_back(KREG_INSTALL_BACKEND_DIR "/kreg_mpi.so");
+  }
+  std::string tried;
+  for (const std::string& path : candidates) {
+    if (!std::filesystem::exists(path)) {
+      absl::StrAppend(&tried, tried.empty() ? "" : ", ", path);
+      continue;
+    }
+    // RTLD_GLOBAL: Open MPI's own components look up libmpi's symbols.
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (handle == nullptr) return absl::UnavailableError(absl::StrCat("mpi backend: ", dlerror()));
+    using Entry = Comm* (*)(const CommOptions*, char*, size_t);
+    auto entry = reinterpret_cast<Entry>(dlsym(handle, "kreg_mpi_comm_v1"));
+    if (entry == nullptr) return absl::UnavailableError(absl::StrCat("mpi backend: ", path, " lacks kreg_mpi_comm_v1"));
+    char msg[512] = "";
+    Comm* comm = entry(&options, msg, sizeof msg);  // the module stays loaded for the process's life
+    if (comm == nullptr) return absl::UnavailableError(absl::StrCat("mpi backend: ", msg));
+    return std::unique_ptr<Comm>(comm);
+  }
+  return absl::UnavailableError(absl::StrCat("the mpi backend is not installed (kreg was built without MPI; "
+                                             "install libopenmpi-dev and rebuild): looked for ", tried));
+}
+
 absl::Status RunRanks(const std::vector<std::unique_ptr<Comm>>& comms,
                       const std::function<absl::Status(Comm&)>& body) {
+  if (comms.size() == 1) {  // one rank here (an MPI process): on this thread
+    absl::Status s = body(*comms[0]);
+    if (!s.ok()) comms[0]->Abort(s.message());
+    return s;
+  }
   std::vector<absl::Status> results(comms.size());
   std::vector<std::thread> threads;
   for (size_t r = 0; r < comms.size(); ++r) {

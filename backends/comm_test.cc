@@ -94,7 +94,9 @@ TEST(ThreadCommTest, TestReportsDoneOnceTheCopyHappened) {
                   }
                   if (!done) std::this_thread::yield();
                 }
-                if (c.rank() == 1) EXPECT_EQ(buf[999], 0.0f);
+                if (c.rank() == 1) {
+                  EXPECT_EQ(buf[999], 0.0f);
+                }
                 return absl::OkStatus();
               }).ok());
 }

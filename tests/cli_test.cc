@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -234,8 +235,74 @@ INSTANTIATE_TEST_SUITE_P(
                  "gmm: input 'rhs' has shape [2, 4, 6] but n=6 (rhs is [local_groups,n,k] with transpose_rhs=1)"},
         BadInput{"gmm_rhs_dtype_not_lhs",
                  "run gmm/reference --dims groups=2 --input lhs=DIR/lhs.npy --input rhs=DIR/rhs_bf16.npy",
-                 "gmm: input 'rhs' holds bf16 but must have the dtype of 'lhs' (f32)"}),
+                 "gmm: input 'rhs' holds bf16 but must have the dtype of 'lhs' (f32)"},
+        BadInput{"collective_without_ranks", "run allreduce/ring --dims count=10",
+                 "allreduce is a collective op: give --ranks N"},
+        BadInput{"ranks_for_a_local_op", "run topk/sort --dims batch=1,n=10,k=1 --ranks 2",
+                 "topk is not a collective op: it runs on one rank"},
+        BadInput{"ranks_disagree", "run allgather/ring --dims count=10,ranks=3 --ranks 2",
+                 "allgather: ranks=3 disagrees with the communicator's 2 ranks"},
+        BadInput{"bad_backend", "run allgather/ring --dims count=10 --ranks 2 --backend nccl",
+                 "--backend 'nccl': expected threads or mpi"},
+        BadInput{"zero_ranks", "run allgather/ring --dims count=10 --ranks 0", "--ranks: must be at least 1, got 0"},
+        BadInput{"bad_comm_timeout", "run allgather/ring --dims count=10 --ranks 2 --comm-timeout 0",
+                 "--comm-timeout: must be more than 0"}),
     [](const ::testing::TestParamInfo<BadInput>& p) { return std::string(p.param.name); });
+
+// A collective on thread ranks: checked, one line from rank 0, its outputs
+// per rank; the ranks dim is the communicator's.
+TEST(CliTest, CollectivesRunOnThreadRanks) {
+  const std::string dir = Dir("collective");
+  Result r = Kreg("run allgather/ring --ranks 3 --dims count=5 --dtype i32 --check --save-outputs " + dir);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(Lines(r.stdout_text), 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("allgather/ring i32 count=5,ranks=3  chunks=1"));
+  EXPECT_THAT(r.out, HasSubstr("check ok"));
+  absl::StatusOr<Tensor> rank0 = ReadNpy(dir + "/out.rank0.npy");
+  absl::StatusOr<Tensor> rank2 = ReadNpy(dir + "/out.rank2.npy");
+  ASSERT_TRUE(rank0.ok() && rank2.ok());
+  EXPECT_EQ(rank0->shape(), (std::vector<int64_t>{3, 5}));
+  EXPECT_EQ(std::memcmp(rank0->data(), rank2->data(), rank0->nbytes()), 0);
+  r = Kreg("run allreduce/doubling --ranks 5 --dims count=1000,reduction=1 --dtype bf16 --param split=halving --check "
+           "--json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Json record = Json::parse(r.stdout_text);
+  EXPECT_EQ(record["check"], "ok");
+  EXPECT_EQ(record["key"]["dims"], Json::parse(R"({"count":1000,"ranks":5,"reduction":1})"));
+}
+
+// A collective kernel that misbehaves on rank 1 of 4 thread ranks: the
+// others fail with one clear line, within --comm-timeout plus a second,
+// never hanging.
+Result Faulty(const std::string& mode) {
+  return RunKreg(std::string(KREG_PLUGIN_DIR) + ":" + KREG_TEST_PLUGIN_DIR + "/faulty_collective",
+                 "run allreduce/faulty --ranks 4 --dims count=10 --check --comm-timeout 1 --param mode=" + mode);
+}
+
+TEST(CliTest, CollectiveFaultsFailClearlyAndInTime) {
+  Result r = Faulty("ok");
+  ASSERT_EQ(r.code, 0) << r.out;
+  struct Fault {
+    const char* mode;
+    const char* message;
+  };
+  for (const Fault& f : {
+           Fault{"silent", "rank 0: nothing came within the 1s communication timeout, waiting for a send of 40 bytes "
+                           "to rank 1 (tag 0)"},
+           Fault{"fail", "rank 1 failed (allreduce/faulty: rank 1 gives up on purpose); rank 0 gave up waiting for "
+                         "a send of 40 bytes to rank 1 (tag 0)"},
+           Fault{"mismatch", "rank 1 sent 44 bytes (tag 0) to rank 0, which expected 40: the ranks disagree on sizes "
+                             "or dtypes"},
+       }) {
+    const auto start = std::chrono::steady_clock::now();
+    r = Faulty(f.mode);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(r.code, 1) << f.mode << ": " << r.out;
+    EXPECT_EQ(Lines(r.out), 1) << f.mode << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr(f.message)) << f.mode;
+    EXPECT_LT(seconds, 1 + 1 + 0.5) << f.mode;  // the timeout, a second, and kreg's start
+  }
+}
 
 // gmm's attributes and local_groups go in --dims; local_groups, left out,
 // is groups; an rhs array is read by the layout transpose_rhs selects.

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -30,9 +31,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kreg/autotune.h"
+#include "kreg/comm.h"
 #include "kreg/measure.h"
 #include "kreg/op.h"
 #include "kreg/problem.h"
@@ -137,51 +140,87 @@ struct Tally {
   int runs = 0;     // (problem, configuration) pairs checked
 };
 
+// After each configuration's run: the rank (0 outside collectives), the
+// configuration's index and the problem holding its outputs.
+using Inspect = std::function<void(int rank, size_t config, const Problem& problem)>;
+
 // Checks one kernel on one problem at every configuration the tuner would
 // search (at most `max_configs`; 0: by the problem's size), each run once and
-// checked against the reference as MeasureKernel does for the tuner.
-void CheckKernel(const Kernel& kernel, const Case& c, Tally& tally, size_t max_configs = 0) {
+// checked against the reference as MeasureKernel does for the tuner. A
+// collective runs on as many thread ranks as its ranks dim says.
+void CheckKernel(const Kernel& kernel, const Case& c, Tally& tally, size_t max_configs = 0,
+                 const Inspect& inspect = nullptr) {
   SCOPED_TRACE(absl::StrCat(kernel.name(), " on ", c.Describe()));
   const Registry& registry = TheRegistry();
-  absl::StatusOr<Values> values = kernel.op_info().ParseValues(c.values);
+  const Op& op = kernel.op_info();
+  absl::StatusOr<Values> values = op.ParseValues(c.values);
   if (!values.ok()) {
     EXPECT_EQ(values.status().code(), absl::StatusCode::kInvalidArgument) << values.status();
     ++tally.refused;
     return;
   }
-  absl::StatusOr<std::unique_ptr<Problem>> problem =
-      Problem::Make(kernel.op_ptr(), registry.Reference(kernel.op()), *values, c.options);
-  if (!problem.ok()) {
-    // An illegal combination (topk: k > n) is refused, and only that.
-    EXPECT_EQ(problem.status().code(), absl::StatusCode::kInvalidArgument) << problem.status();
-    ++tally.refused;
+  // One rank's part (every rank of a collective runs it at once; rank 0
+  // keeps the tally).
+  auto check = [&](Comm* comm) -> absl::Status {
+    const bool first = comm == nullptr || comm->rank() == 0;
+    ProblemOptions options = c.options;
+    if (comm != nullptr) options.comm = comm->abi();
+    absl::StatusOr<std::unique_ptr<Problem>> problem =
+        Problem::Make(kernel.op_ptr(), registry.Reference(kernel.op()), *values, options);
+    if (!problem.ok()) {
+      // An illegal combination (topk: k > n) is refused, and only that.
+      EXPECT_EQ(problem.status().code(), absl::StatusCode::kInvalidArgument) << problem.status();
+      if (first) ++tally.refused;
+      return problem.status();
+    }
+    if (first) ++tally.cases;
+    // The reference's answer first, from pristine inputs (MeasureKernel would
+    // compute it only after the candidate ran).
+    absl::Status reference = (*problem)->ComputeReference();
+    EXPECT_TRUE(reference.ok()) << reference;
+    if (!reference.ok()) return reference;
+    std::vector<Tensor> inputs;
+    for (const auto& [name, t] : (*problem)->inputs()) inputs.push_back(*t);
+    const size_t most = max_configs != 0                           ? max_configs
+                        : Elements(**problem) <= kSmallProblem ? SIZE_MAX
+                                                               : kLargeProblemConfigs;
+    size_t index = 0;
+    for (const Config& config : TunerConfigs(kernel, **problem, most)) {
+      MeasureOptions measure;
+      measure.warmup = 0;
+      measure.reps = 1;
+      measure.check = true;
+      measure.comm = comm;
+      Measurement m = MeasureKernel(kernel, config, {problem->get()}, measure);
+      EXPECT_EQ(m.status, TrialStatus::kOk)
+          << "[" << kernel.ConfigString(config) << "] " << TrialStatusName(m.status) << ": " << m.error;
+      if (first) ++tally.runs;
+      if (inspect) inspect(comm != nullptr ? comm->rank() : 0, index, **problem);
+      ++index;
+    }
+    // Read-only inputs are left as they were (in-out tensors are restored
+    // from their initial contents, which inputs() shows).
+    size_t i = 0;
+    for (const auto& [name, t] : (*problem)->inputs()) {
+      EXPECT_EQ(std::memcmp(t->data(), inputs[i].data(), t->nbytes()), 0) << "input " << name << " was written";
+      ++i;
+    }
+    return absl::OkStatus();
+  };
+  if (!op.collective()) {
+    (void)check(nullptr);
     return;
   }
-  ++tally.cases;
-  // The reference's answer first, from pristine inputs (MeasureKernel would
-  // compute it only after the candidate ran).
-  absl::Status reference = (*problem)->ComputeReference();
-  ASSERT_TRUE(reference.ok()) << reference;
-  std::vector<Tensor> inputs;
-  for (const auto& [name, t] : (*problem)->inputs()) inputs.push_back(*t);
-  if (max_configs == 0) max_configs = Elements(**problem) <= kSmallProblem ? SIZE_MAX : kLargeProblemConfigs;
-  for (const Config& config : TunerConfigs(kernel, **problem, max_configs)) {
-    MeasureOptions options;
-    options.warmup = 0;
-    options.reps = 1;
-    options.check = true;
-    Measurement m = MeasureKernel(kernel, config, {problem->get()}, options);
-    EXPECT_EQ(m.status, TrialStatus::kOk)
-        << "[" << kernel.ConfigString(config) << "] " << TrialStatusName(m.status) << ": " << m.error;
-    ++tally.runs;
-  }
-  // Read-only inputs are left as they were (in-out tensors are restored
-  // from their initial contents, which inputs() shows).
-  size_t i = 0;
-  for (const auto& [name, t] : (*problem)->inputs()) {
-    EXPECT_EQ(std::memcmp(t->data(), inputs[i].data(), t->nbytes()), 0) << "input " << name << " was written";
-    ++i;
-  }
+  CommOptions comm_options;
+  comm_options.timeout_seconds = 60;
+  (void)RunRanks(ThreadComms(static_cast<int>(values->dims[op.ranks_dim()]), comm_options),
+                 [&](Comm& comm) { return check(&comm); });
+}
+
+// Collective ops run on 1 to 8 thread ranks: an edge value v of the ranks
+// dim stands for 1 + v % 8 ranks (0 -> 1, 1 -> 2, 3 -> 4, 7 -> 8, 33 -> 2).
+int64_t EdgeValue(const Op& op, size_t dim, int64_t v) {
+  return static_cast<int>(dim) == op.ranks_dim() && v >= 0 ? 1 + v % 8 : v;
 }
 
 // ---- Edge cases from an op's descriptor -----------------------------------------
@@ -205,7 +244,7 @@ std::vector<std::vector<int64_t>> EdgeShapes(const Op& op) {
   const size_t nd = op.dims().size();
   std::vector<std::vector<int64_t>> shapes;
   auto add = [&](std::vector<int64_t> s) {
-    for (size_t i = 0; i < nd; ++i) s[i] = std::min(s[i], op.dims()[i].max);
+    for (size_t i = 0; i < nd; ++i) s[i] = EdgeValue(op, i, std::min(s[i], op.dims()[i].max));
     if (std::find(shapes.begin(), shapes.end(), s) == shapes.end()) shapes.push_back(std::move(s));
   };
   // Every dim `v`, those with a default left out.
@@ -462,7 +501,8 @@ TEST_P(KernelConformanceTest, LargerRandomProblemsSampledConfigurations) {
       for (const NamedValues& attrs : AttrChoices(op)) {
         Case c;
         for (size_t i = 0; i < op.dims().size(); ++i) {
-          c.values.emplace_back(op.dims()[i].name, absl::StrCat(std::min(sizes[(i + r) % 3], op.dims()[i].max)));
+          c.values.emplace_back(op.dims()[i].name,
+                                absl::StrCat(EdgeValue(op, i, std::min(sizes[(i + r) % 3], op.dims()[i].max))));
         }
         c.values.insert(c.values.end(), attrs.begin(), attrs.end());
         c.options.dtypes = dtypes;
@@ -1021,6 +1061,66 @@ TEST_P(GroupedMatmulTest, ChosenPartitionsOffsetsAndLayouts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(GroupedOps, GroupedMatmulTest, ::testing::ValuesIn(GroupedKernels()), TestName);
+
+// ---- Collectives: every rank count, awkward counts, ranks agreeing --------------------
+
+std::vector<std::string> CollectiveKernels() {
+  std::vector<std::string> names;
+  for (const auto& k : TheRegistry().Kernels()) {
+    if (k->op_info().collective() && !k->is_reference()) names.push_back(k->name());
+  }
+  return names;
+}
+
+class CollectiveTest : public KernelConformanceTest {};
+
+// 1 to 8 ranks (every non-power of two), counts of 0, 1, fewer than the
+// ranks, one more, and sizes that divide nothing; every dtype, reduction and
+// configuration; every bit pattern in half the cases. Where out is the same
+// on every rank (allgather, allreduce) the ranks' outputs must agree bit for
+// bit.
+TEST_P(CollectiveTest, EveryRankCountAwkwardCountsAndRanksAgree) {
+  const Op& op = kernel_->op_info();
+  const bool same_everywhere = op.name() != "reduce_scatter";
+  Tally tally;
+  for (int p = 1; p <= 8; ++p) {
+    std::set<int64_t> counts = {0, 1, p - 1, p + 1, 1000, 4097};
+    for (int64_t count : counts) {
+      for (const auto& dtypes : DtypeChoices(op)) {
+        for (const NamedValues& attrs : AttrChoices(op)) {
+          Case c;
+          c.values = {{"count", absl::StrCat(count)}, {"ranks", absl::StrCat(p)}};
+          c.values.insert(c.values.end(), attrs.begin(), attrs.end());
+          c.options.dtypes = dtypes;
+          c.options.dist = count % 2 ? Dist::kBits : Dist::kNormal;
+          c.options.seed = static_cast<uint64_t>(p * 100 + count);
+          absl::Mutex mu;
+          std::map<size_t, std::vector<std::string>> outputs;  // per configuration, per rank
+          CheckKernel(*kernel_, c, tally, 0, [&](int rank, size_t config, const Problem& problem) {
+            const Tensor& out = *problem.outputs()[0].second;
+            absl::MutexLock lock(&mu);
+            auto& per_rank = outputs[config];
+            per_rank.resize(p);
+            per_rank[rank].assign(static_cast<const char*>(out.data()), out.nbytes());
+          });
+          if (same_everywhere) {
+            for (const auto& [config, per_rank] : outputs) {
+              for (int r = 1; r < p; ++r) {
+                EXPECT_EQ(per_rank[r], per_rank[0]) << "configuration " << config << ": rank " << r
+                                                    << "'s output differs from rank 0's on " << c.Describe();
+              }
+            }
+          }
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(tally.refused, 0);
+  std::cout << kernel_->name() << ": " << tally.cases << " cases, " << tally.runs << " checked runs on 1-8 ranks\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Collectives, CollectiveTest, ::testing::ValuesIn(CollectiveKernels()), TestName);
 
 // ---- gmm and tgmm: validation -----------------------------------------------------
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -84,6 +85,37 @@ TEST(TuneTest, CrashesHangsAndWrongResultsAreRecordedAndTheBestStillWins) {
   EXPECT_EQ(entry.best().config().params(0).choice(), "ok");
   EXPECT_EQ(entry.runner_up().config().params(0).choice(), "slow");
   EXPECT_EQ(entry.strategy(), "exhaustive");
+}
+
+// A collective tuned on thread ranks: every rank runs each candidate at
+// once in the worker; a candidate that dies on one rank is recorded as
+// crashed, one that leaves a rank silent, fails on it or sends the wrong
+// size as failed (within the comm timeout), and the sweep goes on.
+TEST(TuneTest, CollectivesAreTunedOnThreadRanksAndTheirFaultsRecorded) {
+  const std::string db = Db("collective");
+  const auto start = std::chrono::steady_clock::now();
+  Result r = RunKreg(std::string(KREG_PLUGIN_DIR) + ":" + KREG_TEST_PLUGIN_DIR + "/faulty_collective",
+                     "tune allreduce --ranks 2 --dims count=1000 --variants faulty,ring --strategy exhaustive --reps 3 "
+                     "--comm-timeout 1 --timeout 20 --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60);
+  EXPECT_THAT(r.out, HasSubstr("allreduce f32 count=1000,ranks=2 [backend=threads]"));
+  absl::StatusOr<TuningDb> table = TuningDb::Load(db);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_EQ(table->size(), 1u);
+  std::map<std::string, int> seen;  // "mode culprit status"
+  for (const tuning::Trial& t : table->proto().entries(0).trials()) {
+    if (t.variant() != "faulty") continue;
+    const bool misbehaves = t.config().params(1).int_value() < 2;  // culprits 2 and 3 are not ranks here
+    const std::string mode = t.config().params(0).choice();
+    const tuning::Trial::Status want = !misbehaves || mode == "ok" ? tuning::Trial::OK
+                                       : mode == "die"             ? tuning::Trial::CRASHED
+                                                                   : tuning::Trial::ERROR;
+    EXPECT_EQ(t.status(), want) << mode << " on rank " << t.config().params(1).int_value() << ": " << t.error();
+    ++seen[mode];
+  }
+  EXPECT_EQ(seen.size(), 5u);
+  EXPECT_NE(table->proto().entries(0).best().status(), tuning::Trial::CRASHED);
 }
 
 TEST(TuneTest, AKernelCheckThatCrashesOrHangsCostsOnlyItsOwnConfigurations) {

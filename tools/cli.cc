@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "kreg/comm.h"
 #include "kreg/npy.h"
 #include "kreg/text.h"
 #include "tools/cli.h"
@@ -88,6 +89,9 @@ absl::StatusOr<ProblemSpec> SpecFromFlags(const Flags& flags, const Registry& re
   absl::StatusOr<Values> values = spec.op->ParseValues(*named);
   if (!values.ok()) return absl::InvalidArgumentError(values.status().message());
   spec.values = *std::move(values);
+  if (flags.ranks > 0) {
+    if (absl::Status s = spec.op->SetRanks(&spec.values, flags.ranks); !s.ok()) return s;
+  }
   absl::StatusOr<ProblemOptions> options = OptionsFromFlags(flags);
   if (!options.ok()) return options.status();
   spec.options = *std::move(options);
@@ -107,7 +111,9 @@ absl::Status ShapeArgsOf(const ProblemSpec& spec, ShapeArgs* out) {
 }
 
 absl::StatusOr<std::string> DataClassOf(const Flags& flags, const ProblemSpec& spec, const kreg_args& args) {
-  absl::StatusOr<std::string> d = kreg::DataClassOf(*spec.op, args, spec.options, flags.data_class);
+  const std::string given =
+      flags.data_class.empty() && spec.op->collective() ? CollectiveDataClass(flags.backend) : flags.data_class;
+  absl::StatusOr<std::string> d = kreg::DataClassOf(*spec.op, args, spec.options, given);
   if (!d.ok()) return d.status();
   return ValidUtf8(*d);
 }

@@ -52,6 +52,7 @@ struct Flags {
   int warmup = 3, reps = 10, threads = 0;
   // Collectives: thread ranks in this process, and how long a wait may last.
   int ranks = 0;
+  std::string backend = "threads";
   double comm_timeout = 30;
   bool check = false;
   std::string save_outputs;
@@ -83,8 +84,8 @@ absl::StatusOr<ProblemOptions> OptionsFromFlags(const Flags& flags);
 absl::StatusOr<TuningDb> LoadTable(const std::string& path);
 
 // A problem as the flags describe it: the op, its dims and attributes from
-// `dims` (dims may stay unknown until inputs give them), and the options and
-// --input files read.
+// `dims` (dims may stay unknown until inputs give them; a collective's ranks
+// from --ranks), and the options and --input files read.
 struct ProblemSpec {
   std::shared_ptr<const Op> op;
   Values values;
@@ -97,7 +98,8 @@ absl::StatusOr<ProblemSpec> SpecFromFlags(const Flags& flags, const Registry& re
 absl::Status ShapeArgsOf(const ProblemSpec& spec, ShapeArgs* out);
 
 // The data class a table is asked with (run --db, query; kreg::Tune decides
-// its own from the same flags): --data-class if given; else the op's
+// its own from the same flags): --data-class if given; else a collective's
+// backend ("backend=threads"); else the op's
 // classifier on `args` when they carry data; else "dist=NAME" for random
 // inputs of a --dist other than normal; else "". Valid UTF-8, as tables
 // store it.

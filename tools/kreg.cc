@@ -310,21 +310,34 @@ absl::Status Run(const Flags& flags) {
     config = *c;
   }
   const Op& op = *spec->op;
-  if (flags.ranks > 0) {
-    if (absl::Status s = op.SetRanks(&spec->values, flags.ranks); !s.ok()) return s;
-    if (from_table) return absl::UnimplementedError("a table's choice for a collective op: not yet (give OP/VARIANT)");
+  // Collectives run on every rank at once: each builds its own problem (its
+  // inputs seeded by its rank) and they measure together; rank 0 reports.
+  // Ranks are threads of this process (--ranks N), or this process is one
+  // rank of an MPI job (--backend mpi under mpirun).
+  std::vector<std::unique_ptr<Comm>> comms;
+  CommOptions comm_options;
+  comm_options.timeout_seconds = flags.comm_timeout;
+  if (flags.backend == "mpi") {
+    if (!op.collective()) return absl::InvalidArgumentError(absl::StrCat("--backend mpi: ", op.name(), " is not a collective op"));
+    absl::StatusOr<std::unique_ptr<Comm>> comm = LoadMpiComm(comm_options);
+    if (!comm.ok()) return comm.status();
+    if (flags.ranks > 0 && flags.ranks != (*comm)->size()) {
+      return absl::InvalidArgumentError(absl::StrCat("--ranks ", flags.ranks, " but the MPI job has ",
+                                                     (*comm)->size(), " ranks (mpirun -n sets them)"));
+    }
+    comms.push_back(*std::move(comm));
+  } else if (flags.backend != "threads") {
+    return absl::InvalidArgumentError(absl::StrCat("--backend '", flags.backend, "': expected threads or mpi"));
+  } else if (flags.ranks > 0) {
+    comms = ThreadComms(flags.ranks, comm_options);
   } else if (op.collective()) {
     return absl::InvalidArgumentError(absl::StrCat(op.name(), " is a collective op: give --ranks N"));
   }
-
-  // Collectives run on every rank at once: each builds its own problem (its
-  // inputs seeded by its rank) and they measure together; rank 0 reports.
-  std::vector<std::unique_ptr<Comm>> comms;
-  if (flags.ranks > 0) {
-    CommOptions comm_options;
-    comm_options.timeout_seconds = flags.comm_timeout;
-    comms = ThreadComms(flags.ranks, comm_options);
+  if (!comms.empty()) {
+    if (absl::Status s = op.SetRanks(&spec->values, comms[0]->size()); !s.ok()) return s;
+    if (from_table) return absl::UnimplementedError("a table's choice for a collective op: not yet (give OP/VARIANT)");
   }
+  const int first_rank = comms.empty() ? 0 : comms[0]->rank();
   std::vector<std::unique_ptr<Problem>> problems(std::max<size_t>(comms.size(), 1));
   std::vector<Measurement> measured(problems.size());
   auto make_problem = [&](Comm* comm) -> absl::Status {
@@ -333,11 +346,11 @@ absl::Status Run(const Flags& flags) {
     absl::StatusOr<std::unique_ptr<Problem>> problem =
         Problem::Make(spec->op, (*registry)->Reference(op.name()), spec->values, options);
     if (!problem.ok()) return problem.status();
-    problems[comm != nullptr ? comm->rank() : 0] = *std::move(problem);
+    problems[comm != nullptr ? comm->rank() - first_rank : 0] = *std::move(problem);
     return absl::OkStatus();
   };
   auto measure = [&](Comm* comm) {
-    const int rank = comm != nullptr ? comm->rank() : 0;
+    const int rank = comm != nullptr ? comm->rank() - first_rank : 0;
     MeasureOptions options;
     options.warmup = flags.warmup;
     options.reps = flags.reps;
@@ -384,7 +397,7 @@ absl::Status Run(const Flags& flags) {
     }
     // A collective's outputs per rank: DIR/NAME.rankR.npy.
     for (size_t r = 0; r < problems.size(); ++r) {
-      const std::string suffix = comms.empty() ? ".npy" : absl::StrCat(".rank", r, ".npy");
+      const std::string suffix = comms.empty() ? ".npy" : absl::StrCat(".rank", first_rank + r, ".npy");
       for (const auto& [out_name, tensor] : problems[r]->outputs()) {
         if (absl::Status s = WriteNpy(absl::StrCat(flags.save_outputs, "/", out_name, suffix), *tensor); !s.ok()) {
           return s;
@@ -393,6 +406,7 @@ absl::Status Run(const Flags& flags) {
     }
   }
 
+  if (first_rank != 0) return absl::OkStatus();  // rank 0 reports
   const OpKey key = p.key();
   std::string data_class;
   if (absl::StatusOr<std::string> d = DataClassOf(flags, *spec, *p.args()); d.ok()) data_class = *d;
@@ -622,6 +636,21 @@ void AddMeasure(CLI::App* c, Flags& f) {
       ->capture_default_str()
       ->check(Number(0, true));
 }
+void AddComm(CLI::App* c, Flags& f) {
+  c->add_option("--ranks", f.ranks, "collective ops: run on N ranks, threads of this process")
+      ->option_text("N")
+      ->check(Number(1, true));
+  c->add_option("--backend", f.backend,
+                "collective ops: threads (ranks are threads of this process) or mpi (this process is one rank "
+                "of the job mpirun started)")
+      ->option_text("NAME")
+      ->capture_default_str();
+  c->add_option("--comm-timeout,--comm_timeout", f.comm_timeout,
+                "collective ops: seconds a rank waits for another before failing")
+      ->option_text("SECONDS")
+      ->capture_default_str()
+      ->check(Number(0, false, false));
+}
 void AddDataClass(CLI::App* c, Flags& f, const char* what) {
   c->add_option("--data-class,--data_class", f.data_class, what)->option_text("TEXT");
 }
@@ -673,7 +702,8 @@ int Main(int argc, char** argv) {
                   "kreg run topk/sort --dims batch=64,n=32768,k=2048 --dtype bf16 --param method=nth_element\n"
                   "kreg run topk/sort --dims k=64 --input input=logits.npy --save-outputs out/ --check\n"
                   "kreg run topk --db topk.lut --dims batch=48,n=40000,k=64 --check\n"
-                  "kreg run allreduce/ring --ranks 5 --dims count=1000000 --check"});
+                  "kreg run allreduce/ring --ranks 5 --dims count=1000000 --check\n"
+                  "mpirun -n 3 kreg run allreduce/ring --backend mpi --dims count=1000 --check"});
   run->add_option("KERNEL", f.target, "OP/VARIANT to run (kreg list shows them), or OP with --db")->required();
   AddDims(run, f, "the op's dims and attributes, e.g. batch=8,n=1000,k=10; dims an --input gives may be left out");
   AddDtype(run, f);
@@ -689,14 +719,7 @@ int Main(int argc, char** argv) {
   AddGenerate(run, f);
   AddMeasure(run, f);
   run->add_flag("--check", f.check, "check the outputs against the op's reference kernel");
-  run->add_option("--ranks", f.ranks, "collective ops: run on N ranks, threads of this process")
-      ->option_text("N")
-      ->check(Number(1, true));
-  run->add_option("--comm-timeout,--comm_timeout", f.comm_timeout,
-                  "collective ops: seconds a rank waits for another before failing")
-      ->option_text("SECONDS")
-      ->capture_default_str()
-      ->check(Number(0, false, false));
+  AddComm(run, f);
   run->add_option("--db", f.db, "a tuning table; with OP alone, run what it picks for the problem")->option_text("FILE");
   AddDataClass(run, f, "with --db: the data class to ask the table for (default: the op's classifier on the inputs, "
                        "else dist=NAME for a --dist other than normal)");
@@ -732,6 +755,7 @@ int Main(int argc, char** argv) {
       ->capture_default_str()
       ->check(Number(0, false, false));
   AddMeasure(tune, f);
+  AddComm(tune, f);
   AddDtype(tune, f);
   AddWith(tune, f);
   AddInput(tune, f);
@@ -766,6 +790,7 @@ int Main(int argc, char** argv) {
   AddWith(query, f);
   AddDist(query, f);
   AddDataClass(query, f, "the data class to ask for (default: dist=NAME for a --dist other than normal)");
+  AddComm(query, f);
 
   // db
   CLI::App* db = app.add_subcommand("db", "show, export, merge, compare and slim tuning tables");

@@ -129,6 +129,11 @@ absl::Status Tune(const Flags& flags) {
   base.threads = flags.threads;
   base.timeout_seconds = flags.timeout;
   base.db_path = flags.db;
+  if (flags.backend != "threads") {
+    return absl::UnimplementedError("kreg tune: collectives are tuned on thread ranks only, for now (--backend threads)");
+  }
+  base.ranks = flags.ranks;
+  base.comm_timeout = flags.comm_timeout;
 
   // Every problem's dims are read before the first sweep starts, so a typo
   // in the last --dims does not wait for the others.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <string>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -63,7 +65,9 @@ class Ranks {
   Comm* comm_;
 };
 
-// Runs `run` once, timed; a collective starts every rank at a barrier.
+// Runs `run` once, timed; a collective starts every rank at a barrier, and
+// a rank whose run fails tells the others at once (their waits on it fail
+// rather than time out).
 absl::Status TimedRun(PreparedRun& run, Comm* comm, double* nanos) {
   if (comm != nullptr) {
     if (absl::Status s = comm->Barrier(); !s.ok()) return s;
@@ -71,7 +75,26 @@ absl::Status TimedRun(PreparedRun& run, Comm* comm, double* nanos) {
   const auto t0 = Clock::now();
   absl::Status s = run.Run();
   *nanos = Nanos(Clock::now() - t0);
+  if (!s.ok() && comm != nullptr) comm->Abort(s.message());
   return s;
+}
+
+// Whether every rank measures the same kernel, configuration and problem:
+// a fingerprint of them, its maximum and minimum over the ranks.
+absl::Status SameEverywhere(Comm& comm, const Kernel& kernel, const Config& config, const Problem& problem) {
+  const OpKey key = problem.key();
+  const std::string what = absl::StrCat(kernel.name(), " ", kernel.ConfigString(config), " ", key.dtype, " ",
+                                        DimsString(key.dims));
+  const uint64_t h = std::hash<std::string>{}(what);  // the same binary on every rank
+  const double hi = static_cast<double>(h >> 32), lo = static_cast<double>(h & 0xffffffffu);
+  absl::StatusOr<std::vector<double>> m = comm.AllMax({hi, lo, -hi, -lo});
+  if (!m.ok()) return m.status();
+  if ((*m)[0] != -(*m)[2] || (*m)[1] != -(*m)[3]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ranks disagree on what to run (kernel, parameters, dtypes or dims); rank ", comm.rank(),
+                     " has ", what));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -90,6 +113,13 @@ Measurement MeasureKernel(const Kernel& kernel, const Config& config, const std:
     return !ranks.Share(&m);
   };
   m.status = TrialStatus::kOk;
+  if (options.comm != nullptr) {
+    if (absl::Status s = SameEverywhere(*options.comm, kernel, config, *problems[0]); !s.ok()) {
+      m.status = TrialStatus::kError;
+      m.error = std::string(s.message());
+      return m;
+    }
+  }
   if (failed(kernel.Check(config, *problems[0]->args()), TrialStatus::kIllegal)) return m;
   // Everything a run needs is made now, outside the clock.
   std::vector<std::unique_ptr<PreparedRun>> prepared;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kreg/comm.h"
 #include "kreg/npy.h"
 #include "kreg/worker.h"
 
@@ -301,6 +302,11 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   }
   absl::StatusOr<Values> values = op.ParseValues(request.values);
   if (!values.ok()) return values.status();
+  if (request.ranks > 0) {
+    if (absl::Status s = op.SetRanks(&*values, request.ranks); !s.ok()) return s;
+  } else if (op.collective()) {
+    return absl::InvalidArgumentError(absl::StrCat(op.name(), " is a collective op: give the ranks to tune on"));
+  }
   ProblemOptions options = request.options;
   options.inputs.clear();
   for (const auto& [name, path] : request.input_files) {
@@ -313,6 +319,7 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   ShapeArgs shape;
   if (absl::Status s = MakeShapeArgs(op, *values, options, &shape); !s.ok()) return s;
   std::string data_class = request.data_class;
+  if (data_class.empty() && op.collective()) data_class = CollectiveDataClass("threads");
   if (data_class.empty()) {
     absl::StatusOr<std::string> d;
     if (op.has_data_class()) {
@@ -359,6 +366,8 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   job.warmup = request.warmup;
   job.threads = request.threads;
   job.max_seconds_per_run = request.max_seconds_per_candidate;
+  job.ranks = request.ranks;
+  job.comm_timeout = request.comm_timeout;
   std::vector<std::string> command = request.worker_command;
   if (command.empty()) {
     absl::StatusOr<std::vector<std::string>> found = FindWorker();

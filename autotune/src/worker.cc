@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kreg/comm.h"
 #include "kreg/measure.h"
 #include "kreg/npy.h"
 #include "kreg/registry.h"
@@ -162,6 +163,8 @@ void WorkerJob::ToProto(worker::Job* out) const {
   out->set_warmup(warmup);
   out->set_threads(threads);
   out->set_max_seconds_per_run(max_seconds_per_run);
+  out->set_ranks(ranks);
+  out->set_comm_timeout(comm_timeout);
 }
 
 absl::StatusOr<WorkerJob> WorkerJob::FromProto(const worker::Job& proto) {
@@ -186,6 +189,8 @@ absl::StatusOr<WorkerJob> WorkerJob::FromProto(const worker::Job& proto) {
   job.warmup = proto.warmup();
   job.threads = proto.threads();
   job.max_seconds_per_run = proto.max_seconds_per_run();
+  job.ranks = proto.ranks();
+  job.comm_timeout = proto.comm_timeout();
   return job;
 }
 
@@ -634,25 +639,39 @@ int WorkerMain(int in_fd, int protocol_fd) {
   absl::StatusOr<ProblemOptions> options = job->Options();
   if (!options.ok()) return fatal(options.status().message());
   std::shared_ptr<const Kernel> reference = registry.Reference(job->op);
-  std::vector<std::unique_ptr<Problem>> problems;
-  absl::StatusOr<std::unique_ptr<Problem>> first = Problem::Make(*op, reference, *values, *options);
-  if (!first.ok()) return fatal(first.status().message());
-  size_t bytes = 0;
-  for (const auto& [name, t] : (*first)->inputs()) bytes += t->nbytes();
-  problems.push_back(*std::move(first));
-  // Fresh random inputs to rotate through; the user's own data is used as is.
-  const size_t buffers = options->inputs.empty() && bytes > 0
-                             ? std::clamp<size_t>(kRotateBelowBytes / bytes, 1, 8) : 1;
-  for (size_t i = 1; i < buffers; ++i) {
-    options->seed = job->seed + i;
-    absl::StatusOr<std::unique_ptr<Problem>> p = Problem::Make(*op, reference, *values, *options);
-    if (!p.ok()) return fatal(p.status().message());
-    problems.push_back(*std::move(p));
+  const bool collective = job->ranks > 0;
+  if (collective) {
+    if (absl::Status s = (*op)->SetRanks(&*values, job->ranks); !s.ok()) return fatal(s.message());
   }
-  std::vector<Problem*> rotation;
-  for (auto& p : problems) rotation.push_back(p.get());
-  // The reference is computed now, before any candidate's clock starts.
-  if (absl::Status s = problems[0]->ComputeReference(); !s.ok()) return fatal(s.message());
+  CommOptions comm_options;
+  comm_options.timeout_seconds = job->comm_timeout > 0 ? job->comm_timeout : 30;
+  // Per rank (one outside collectives): its problems, rotated through.
+  std::vector<std::vector<std::unique_ptr<Problem>>> problems(collective ? job->ranks : 1);
+  std::vector<std::vector<Problem*>> rotation(problems.size());
+  auto build = [&](Comm* comm) -> absl::Status {
+    const int r = comm != nullptr ? comm->rank() : 0;
+    ProblemOptions o = *options;
+    if (comm != nullptr) o.comm = comm->abi();
+    absl::StatusOr<std::unique_ptr<Problem>> first = Problem::Make(*op, reference, *values, o);
+    if (!first.ok()) return first.status();
+    size_t bytes = 0;
+    for (const auto& [name, t] : (*first)->inputs()) bytes += t->nbytes();
+    problems[r].push_back(*std::move(first));
+    // Fresh random inputs to rotate through; the user's own data is used as is.
+    const size_t buffers = o.inputs.empty() && bytes > 0 ? std::clamp<size_t>(kRotateBelowBytes / bytes, 1, 8) : 1;
+    for (size_t i = 1; i < buffers; ++i) {
+      o.seed = job->seed + i;
+      absl::StatusOr<std::unique_ptr<Problem>> p = Problem::Make(*op, reference, *values, o);
+      if (!p.ok()) return p.status();
+      problems[r].push_back(*std::move(p));
+    }
+    for (auto& p : problems[r]) rotation[r].push_back(p.get());
+    // The reference is computed now, before any candidate's clock starts.
+    return problems[r][0]->ComputeReference();
+  };
+  absl::Status built = collective ? RunRanks(ThreadComms(job->ranks, comm_options), [&](Comm& c) { return build(&c); })
+                                  : build(nullptr);
+  if (!built.ok()) return fatal(built.message());
   absl::flat_hash_set<std::string> verified;  // candidates that passed, by CandidateKey
 
   worker::Request request;
@@ -687,7 +706,7 @@ int WorkerMain(int in_fd, int protocol_fd) {
           continue;
         }
         absl::StatusOr<Config> config = (*kernel)->ParseConfig(FromPairs(candidate.params()));
-        absl::Status s = config.ok() ? (*kernel)->Check(*config, *problems[0]->args()) : config.status();
+        absl::Status s = config.ok() ? (*kernel)->Check(*config, *problems[0][0]->args()) : config.status();
         legality->set_legal(s.ok());
         if (!s.ok()) legality->set_why(std::string(s.message()));
       }
@@ -714,7 +733,19 @@ int WorkerMain(int in_fd, int protocol_fd) {
       measure.max_seconds = job->max_seconds_per_run;
       measure.verified = run.verified() || verified.contains(id);
       measure.run.num_threads = job->threads;
-      m = MeasureKernel(**kernel, *config, rotation, measure);
+      if (!collective) {
+        m = MeasureKernel(**kernel, *config, rotation[0], measure);
+      } else {
+        // A fresh communicator: a failed candidate leaves its world failed.
+        std::vector<Measurement> per_rank(job->ranks);
+        (void)RunRanks(ThreadComms(job->ranks, comm_options), [&](Comm& c) {
+          MeasureOptions o = measure;
+          o.comm = &c;
+          per_rank[c.rank()] = MeasureKernel(**kernel, *config, rotation[c.rank()], o);
+          return absl::OkStatus();
+        });
+        m = per_rank[0];
+      }
       if (m.ok()) verified.insert(id);
     }
     reply.Clear();

@@ -64,6 +64,11 @@ struct TuneRequest {
   int threads = 0;          // per kernel run; 0: all cores
   double timeout_seconds = 30;  // one candidate's measurement (or one legality batch)
   double max_seconds_per_candidate = 5;
+  // Collective ops: the number of thread ranks every candidate runs on
+  // (required), and how long a rank waits for another. Their key's data
+  // class is "backend=threads" unless data_class says otherwise.
+  int ranks = 0;
+  double comm_timeout = 30;
   // The table file checkpointed after every result; empty: none (the caller
   // saves `db` itself).
   std::string db_path;

@@ -64,6 +64,11 @@ struct WorkerJob {
   int warmup = 2;
   int threads = 0;                  // 0: all cores
   double max_seconds_per_run = 5;  // stop repeating a candidate after this
+  // Collective ops: that many thread ranks in the worker, each with its own
+  // problem (inputs seeded by rank), measured together on a fresh threads
+  // communicator per candidate; rank 0's measurement is the answer.
+  int ranks = 0;
+  double comm_timeout = 30;
   // The protocol's message (every field; any bytes round-trip) and back.
   // FromProto fails only on an unknown dist or partition name.
   void ToProto(worker::Job* out) const;

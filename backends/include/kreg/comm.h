@@ -11,6 +11,12 @@
 //            through shared memory (a receive copies straight from the
 //            sender's buffer). A waiting rank sleeps on a condition
 //            variable; it never spins.
+//   mpi      LoadMpiComm(): this process is one rank of an MPI job (run
+//            under mpirun). The backend is a module, kreg_mpi.so, loaded at
+//            run time and built wherever MPI is found, so kreg never links
+//            MPI itself. A rank that fails tells the others (their waits
+//            fail at once); a rank that dies ends the whole job (mpirun
+//            kills it).
 //
 // Failures: a wait gives up after the timeout (KREG_UNAVAILABLE naming the
 // peer and the message awaited), when the cancel flag is set
@@ -65,7 +71,19 @@ class Comm {
 // n >= 1 thread ranks sharing one world.
 std::vector<std::unique_ptr<Comm>> ThreadComms(int n, const CommOptions& options);
 
-// Runs body(comm) for every comm at once, each on a thread of its own, and
+// This process's rank of the MPI job it runs in (MPI initialised on first
+// use, finalised when the Comm is destroyed: one per process). The module
+// is $KREG_MPI_BACKEND if set, else <exe>/../lib/kreg/backends/kreg_mpi.so,
+// else the install's. Unavailable when it is missing (kreg built without
+// MPI) or MPI cannot start.
+absl::StatusOr<std::unique_ptr<Comm>> LoadMpiComm(const CommOptions& options);
+
+// The data class in a collective's tuning key: its backend,
+// "backend=threads" or "backend=mpi".
+std::string CollectiveDataClass(absl::string_view backend);
+
+// Runs body(comm) for every comm at once, each on a thread of its own (a
+// single comm on the caller's thread), and
 // returns the first error by rank order (OK if none). A rank whose body
 // fails is aborted, so ranks waiting on it fail at once instead of at the
 // timeout.

@@ -60,6 +60,7 @@ struct Tolerance {
   DType dtype;
   double atol = 0, rtol = 0;
   int scale_dim = -1;  // index into dims, or -1
+  bool magnitude = false;  // KREG_TOLERANCE_MAGNITUDE
 };
 
 struct TensorInfo {

@@ -199,14 +199,24 @@ typedef enum kreg_gen {
  * |got - want| <= atol * scale + rtol * |want|, where scale is the value of
  * dim `scale_dim` (1 if NULL), e.g. the reduction length of a matmul. NaN
  * must meet NaN, an infinity the same infinity. A dtype without an entry is
- * compared bit for bit. */
+ * compared bit for bit.
+ * With KREG_TOLERANCE_MAGNITUDE (for ops that sum their float inputs), the
+ * absolute term also scales with the size of the terms summed, M: the
+ * reference's output on the inputs' absolute values; the bound becomes
+ * atol * scale * max(1, M) + rtol * |want|, so a sum whose terms cancel is
+ * held to the rounding of its terms rather than of its small result (a
+ * float sum in another order can lose it all). Where M overflows the
+ * output's dtype, an infinity is accepted too (a float partial sum may
+ * overflow where the reference's double one does not). */
 typedef struct kreg_tolerance {
   size_t struct_size;
   uint32_t dtype; /* one KREG_DTYPE_* bit */
   double atol;
   double rtol;
   const char* scale_dim;
+  uint32_t flags; /* KREG_TOLERANCE_* */
 } kreg_tolerance;
+#define KREG_TOLERANCE_MAGNITUDE 1u
 #define KREG_TOLERANCE_MIN_SIZE (offsetof(kreg_tolerance, scale_dim) + sizeof(const char*))
 
 /* kreg_tensor_desc.flags */

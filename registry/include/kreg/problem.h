@@ -122,11 +122,17 @@ class Problem {
   std::vector<std::optional<Tensor>> tensors_;  // per op tensor
   std::vector<std::optional<Tensor>> initial_;  // in-out tensors' initial contents
   mutable std::vector<std::optional<Tensor>> expected_;  // the reference's outputs
+  // The reference's outputs on the inputs' absolute values, where a
+  // tolerance asks for them (KREG_TOLERANCE_MAGNITUDE).
+  mutable std::vector<std::optional<Tensor>> magnitudes_;
   std::vector<DLTensor*> pointers_;
   uint64_t inputs_hash_ = 0;  // of the read-only inputs: a kernel must not write them
   kreg_args args_{};
 
   uint64_t HashInputs() const;
+  // Runs the reference on the initial inputs (or, with `magnitudes`, on
+  // their absolute values) into fresh copies of the outputs, *out.
+  absl::Status RunReference(bool magnitudes, std::vector<std::optional<Tensor>>* out) const;
 };
 
 }  // namespace kreg

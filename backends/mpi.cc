@@ -1,0 +1,315 @@
+// The mpi backend (comm.h): this process is one rank of an MPI job
+// (OpenMPI, under mpirun). Built as a module, kreg_mpi.so, that the host
+// loads only when asked for (LoadMpiComm), so kreg itself never links MPI.
+//
+// Messages are MPI_Isend / MPI_Irecv of bytes on a duplicate of
+// MPI_COMM_WORLD whose errors return rather than abort. Kernel tags
+// [0, kHostTagBase) map to themselves, host tags (negative) above them, and
+// one tag carries a failing rank's reason to the others. Waits poll
+// MPI_Test, spinning briefly and then sleeping (up to 1 ms a turn), so a
+// waiting rank does not burn a core; they also look for a peer's failure
+// notice, give up after the timeout and honour the cancel flag.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kreg/comm.h"
+
+namespace kreg {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kHostTagBase = 16384;  // kernel tags are below it
+constexpr int kFailureTag = 32000;   // a failing rank's reason
+
+struct MpiRequest {
+  MPI_Request request = MPI_REQUEST_NULL;
+  bool send = false;
+  int peer = 0, tag = 0;
+  size_t bytes = 0;
+};
+
+std::string Describe(const MpiRequest& r) {
+  return r.send ? absl::StrFormat("a send of %d bytes to rank %d (tag %d)", r.bytes, r.peer, r.tag)
+                : absl::StrFormat("a receive of %d bytes from rank %d (tag %d)", r.bytes, r.peer, r.tag);
+}
+
+std::string MpiError(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return std::string(text, len);
+}
+
+kreg_status Fail(char* msg, size_t cap, kreg_status status, const std::string& why) {
+  std::snprintf(msg, cap, "%s", why.c_str());
+  return status;
+}
+
+class MpiComm final : public Comm {
+ public:
+  static absl::StatusOr<std::unique_ptr<Comm>> Create(const CommOptions& options) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+        return absl::UnavailableError("mpi: MPI_Init_thread failed");
+      }
+    }
+    auto comm = std::unique_ptr<MpiComm>(new MpiComm(options, !initialized));
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm->world_);
+    MPI_Comm_set_errhandler(comm->world_, MPI_ERRORS_RETURN);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(comm->world_, &rank);
+    MPI_Comm_size(comm->world_, &size);
+    comm->abi_.rank = rank;
+    comm->abi_.size = size;
+    return comm;
+  }
+
+  ~MpiComm() override {
+    MPI_Comm_free(&world_);
+    if (owns_mpi_) MPI_Finalize();
+  }
+
+  absl::string_view backend() const override { return "mpi"; }
+
+  // Tells every other rank why this one failed (their waits then fail at
+  // once); the notices are small, so they go out eagerly.
+  void Abort(absl::string_view why) override {
+    if (!failed_.empty()) return;
+    failed_ = absl::StrCat("rank ", rank(), " failed (", why, ")");
+    failed_.resize(std::min<size_t>(failed_.size(), 1000));
+    for (int q = 0; q < size(); ++q) {
+      if (q == rank()) continue;
+      MPI_Request r;
+      MPI_Isend(failed_.data(), static_cast<int>(failed_.size()), MPI_CHAR, q, kFailureTag, world_, &r);
+      MPI_Request_free(&r);
+    }
+  }
+
+ private:
+  MpiComm(const CommOptions& options, bool owns_mpi) : options_(options), owns_mpi_(owns_mpi) {
+    abi_.struct_size = sizeof(kreg_comm);
+    abi_.ctx = this;
+    abi_.isend = &MpiComm::Isend;
+    abi_.irecv = &MpiComm::Irecv;
+    abi_.test = &MpiComm::TestAbi;
+    abi_.wait = &MpiComm::WaitAbi;
+    abi_.barrier = &MpiComm::BarrierAbi;
+  }
+  static MpiComm* Self(void* ctx) { return static_cast<MpiComm*>(ctx); }
+
+  // A peer's failure notice, if one came: its text.
+  bool PeerFailed(std::string* why) {
+    if (!failed_.empty()) {
+      *why = failed_;
+      return true;
+    }
+    int flag = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kFailureTag, world_, &flag, &status);
+    if (!flag) return false;
+    int len = 0;
+    MPI_Get_count(&status, MPI_CHAR, &len);
+    std::string text(len, '\0');
+    MPI_Recv(text.data(), len, MPI_CHAR, status.MPI_SOURCE, kFailureTag, world_, MPI_STATUS_IGNORE);
+    failed_ = text;  // every later wait fails too
+    *why = text;
+    return true;
+  }
+
+  static kreg_status Post(void* ctx, bool send, int32_t peer, int32_t tag, const void* buf, size_t bytes,
+                          void** request, char* msg, size_t cap) {
+    MpiComm* self = Self(ctx);
+    const char* what = send ? "isend" : "irecv";
+    if (request == nullptr) return Fail(msg, cap, KREG_INVALID_ARGUMENT, absl::StrCat(what, ": request is NULL"));
+    *request = nullptr;
+    if (peer < 0 || peer >= self->size()) {
+      return Fail(msg, cap, KREG_INVALID_ARGUMENT,
+                  absl::StrFormat("%s: peer %d is not a rank of this communicator (size %d)", what, peer, self->size()));
+    }
+    if (tag >= kHostTagBase || tag < -(kFailureTag - kHostTagBase - 1)) {
+      return Fail(msg, cap, KREG_INVALID_ARGUMENT,
+                  absl::StrFormat("%s: tag %d is outside [0, %d)", what, tag, kHostTagBase));
+    }
+    if (bytes > static_cast<size_t>(INT_MAX)) {
+      return Fail(msg, cap, KREG_INVALID_ARGUMENT,
+                  absl::StrFormat("%s: %d bytes in one message; the mpi backend takes at most %d", what, bytes,
+                                  INT_MAX));
+    }
+    auto* r = new MpiRequest{MPI_REQUEST_NULL, send, peer, tag, bytes};
+    const int mpi_tag = tag >= 0 ? tag : kHostTagBase - tag;
+    const int count = static_cast<int>(bytes);
+    const int code = send ? MPI_Isend(buf, count, MPI_BYTE, peer, mpi_tag, self->world_, &r->request)
+                          : MPI_Irecv(const_cast<void*>(buf), count, MPI_BYTE, peer, mpi_tag, self->world_,
+                                      &r->request);
+    if (code != MPI_SUCCESS) {
+      delete r;
+      return Fail(msg, cap, KREG_INTERNAL, absl::StrCat(what, ": ", MpiError(code)));
+    }
+    *request = r;
+    return KREG_OK;
+  }
+  static kreg_status Isend(void* ctx, int32_t peer, int32_t tag, const void* buf, size_t bytes, void** request,
+                           char* msg, size_t cap) {
+    return Post(ctx, true, peer, tag, buf, bytes, request, msg, cap);
+  }
+  static kreg_status Irecv(void* ctx, int32_t peer, int32_t tag, void* buf, size_t bytes, void** request, char* msg,
+                           size_t cap) {
+    return Post(ctx, false, peer, tag, buf, bytes, request, msg, cap);
+  }
+
+  // One MPI_Test of r: done (and r deleted, its status returned) or not.
+  kreg_status Poll(MpiRequest* r, bool* done, char* msg, size_t cap) {
+    int flag = 0;
+    MPI_Status status;
+    const int code = MPI_Test(&r->request, &flag, &status);
+    *done = flag != 0 || code != MPI_SUCCESS;
+    if (!*done) return KREG_OK;
+    kreg_status result = KREG_OK;
+    std::string why;
+    if (code != MPI_SUCCESS) {
+      int cls = 0;
+      MPI_Error_class(code, &cls);
+      result = cls == MPI_ERR_TRUNCATE ? KREG_INVALID_ARGUMENT : KREG_INTERNAL;
+      why = cls == MPI_ERR_TRUNCATE
+                ? absl::StrFormat("rank %d sent more than the %d bytes rank %d expected (tag %d): the ranks disagree "
+                                  "on sizes or dtypes",
+                                  r->peer, r->bytes, rank(), r->tag)
+                : absl::StrCat(Describe(*r), ": ", MpiError(code));
+    } else if (!r->send) {
+      int got = 0;
+      MPI_Get_count(&status, MPI_BYTE, &got);
+      if (static_cast<size_t>(got) != r->bytes) {
+        result = KREG_INVALID_ARGUMENT;
+        why = absl::StrFormat("rank %d sent %d bytes (tag %d) to rank %d, which expected %d: the ranks disagree on "
+                              "sizes or dtypes",
+                              r->peer, got, r->tag, rank(), r->bytes);
+      }
+    }
+    delete r;
+    return result == KREG_OK ? KREG_OK : Fail(msg, cap, result, why);
+  }
+
+  // Why a wait must stop now (KREG_OK: it need not).
+  kreg_status Stop(Clock::time_point deadline, const std::string& awaiting, std::string* why) {
+    if (PeerFailed(why)) {
+      *why = absl::StrCat(*why, "; rank ", rank(), " gave up ", awaiting);
+      return KREG_UNAVAILABLE;
+    }
+    if (options_.cancel_flag != nullptr && options_.cancel_flag->load(std::memory_order_relaxed) != 0) {
+      *why = absl::StrCat("rank ", rank(), ": cancelled ", awaiting);
+      return KREG_CANCELLED;
+    }
+    if (Clock::now() >= deadline) {
+      *why = absl::StrFormat("rank %d: nothing came within the %gs communication timeout, %s", rank(),
+                             options_.timeout_seconds, awaiting);
+      return KREG_UNAVAILABLE;
+    }
+    return KREG_OK;
+  }
+
+  // Polls until `poll` says done, sleeping between tries. Giving up cancels
+  // and frees *cancel (a point-to-point request) unless it is NULL.
+  template <typename PollFn>
+  kreg_status Await(PollFn&& poll, const std::string& awaiting, MPI_Request* cancel, char* msg, size_t cap) {
+    const Clock::time_point deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(std::max(0.0, options_.timeout_seconds)));
+    std::chrono::microseconds nap(0);
+    for (int turn = 0;; ++turn) {
+      bool done = false;
+      const kreg_status s = poll(&done);
+      if (done) return s;
+      std::string why;
+      if (const kreg_status stop = Stop(deadline, awaiting, &why); stop != KREG_OK) {
+        if (cancel != nullptr && *cancel != MPI_REQUEST_NULL) {
+          MPI_Cancel(cancel);
+          MPI_Request_free(cancel);
+        }
+        return Fail(msg, cap, stop, why);
+      }
+      if (turn > 100) {
+        nap = std::min(std::chrono::microseconds(1000), nap + std::chrono::microseconds(10));
+        std::this_thread::sleep_for(nap);
+      }
+    }
+  }
+
+  static kreg_status TestAbi(void* ctx, void* request, int* done, char* msg, size_t cap) {
+    if (request == nullptr || done == nullptr) return Fail(msg, cap, KREG_INVALID_ARGUMENT, "test: request or done is NULL");
+    MpiComm* self = Self(ctx);
+    auto* r = static_cast<MpiRequest*>(request);
+    bool finished = false;
+    const kreg_status s = self->Poll(r, &finished, msg, cap);
+    *done = finished ? 1 : 0;
+    if (finished) return s;
+    std::string why;
+    if (self->PeerFailed(&why)) {  // finish it: a failed world fails pending requests at once
+      *done = 1;
+      return WaitAbi(ctx, request, msg, cap);
+    }
+    return KREG_OK;
+  }
+
+  static kreg_status WaitAbi(void* ctx, void* request, char* msg, size_t cap) {
+    if (request == nullptr) return Fail(msg, cap, KREG_INVALID_ARGUMENT, "wait: request is NULL");
+    MpiComm* self = Self(ctx);
+    auto* r = static_cast<MpiRequest*>(request);
+    const std::string awaiting = absl::StrCat("waiting for ", Describe(*r));
+    MPI_Request* handle = &r->request;
+    bool deleted = false;
+    const kreg_status s = self->Await(
+        [&](bool* done) {
+          const kreg_status p = self->Poll(r, done, msg, cap);
+          deleted = *done;
+          return p;
+        },
+        awaiting, handle, msg, cap);
+    if (!deleted) delete r;
+    return s;
+  }
+
+  static kreg_status BarrierAbi(void* ctx, char* msg, size_t cap) {
+    MpiComm* self = Self(ctx);
+    MPI_Request request;
+    MPI_Ibarrier(self->world_, &request);
+    return self->Await(
+        [&](bool* done) {
+          int flag = 0;
+          MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+          *done = flag != 0;
+          return KREG_OK;
+        },
+        "in a barrier", nullptr, msg, cap);  // a collective request cannot be cancelled: left to MPI_Finalize
+  }
+
+  const CommOptions options_;
+  const bool owns_mpi_;
+  MPI_Comm world_ = MPI_COMM_NULL;
+  std::string failed_;  // set once this rank or a peer failed
+};
+
+}  // namespace
+}  // namespace kreg
+
+// The module's entry point (LoadMpiComm).
+extern "C" __attribute__((visibility("default"))) kreg::Comm* kreg_mpi_comm_v1(const kreg::CommOptions* options,
+                                                                                 char* msg, size_t cap) {
+  absl::StatusOr<std::unique_ptr<kreg::Comm>> comm = kreg::MpiComm::Create(*options);
+  if (!comm.ok()) {
+    std::snprintf(msg, cap, "%s", std::string(comm.status().message()).c_str());
+    return nullptr;
+  }
+  return comm->release();
+}

@@ -1,0 +1,189 @@
+// Ops "allgather", "allreduce" and "reduce_scatter": the collectives of a
+// communicator of p ranks (kreg_comm). Every rank calls the op with its own
+// tensors; rank q's x is written x_q below.
+//
+// dims     count (elements per rank, <= INT32_MAX), ranks (p: the host sets
+//          it to the communicator's size, KREG_DIM_RANKS).
+// dtypes   x f32, bf16 or i32; out has x's dtype.
+// attrs    reduction (allreduce, reduce_scatter): 0 sum (default), 1 max.
+//
+// allgather       x [count]; out [ranks, count]: out[q] = x_q, on every rank.
+// allreduce       x [count]; out [count]: out = x_0 OP x_1 OP ... OP x_{p-1},
+//                 bit for bit the same on every rank.
+// reduce_scatter  x [ranks, count]; out [count]: rank r's out = x_0[r] OP
+//                 ... OP x_{p-1}[r].
+//
+// sum: f32 and bf16 are summed in float or wider (the reference: in double,
+// in rank order) and rounded once to the dtype (bf16: to nearest even); i32
+// wraps modulo 2^32. max: NaN (the canonical quiet NaN, 0x7fc00000 for f32,
+// 0x7fc0 for bf16) if any input is NaN, otherwise the largest, with +0 > -0;
+// i32 signed. out is compared with atol * ranks + rtol * |want| for sums:
+// f32 2e-6 / 1e-5, bf16 1e-6 / 1/128 (one bf16 ulp); max, i32 and allgather
+// are exact.
+#include <string_view>
+
+#include "common.h"
+#include "kreg/plugin_abi.h"
+#include "variants.h"
+
+namespace kreg::collectives {
+namespace {
+
+constexpr bool Named(const char* got, std::string_view want) { return std::string_view(got) == want; }
+
+const char* const kDefaultVariants[] = {"ring"};
+
+constexpr uint32_t kDtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16 | KREG_DTYPE_I32;
+
+constexpr kreg_dim_desc kCountDim = {
+    .struct_size = sizeof(kreg_dim_desc), .name = "count", .doc = "elements per rank", .max = INT32_MAX};
+constexpr kreg_dim_desc kRanksDim = {
+    .struct_size = sizeof(kreg_dim_desc),
+    .name = "ranks",
+    .doc = "ranks of the communicator (set by the host)",
+    .max = kMaxRanks,
+    .flags = KREG_DIM_RANKS,
+};
+constexpr const kreg_dim_desc* kDims[] = {&kCountDim, &kRanksDim};
+
+constexpr kreg_attr_desc kReductionAttr = {
+    .struct_size = sizeof(kreg_attr_desc),
+    .name = "reduction",
+    .doc = "0: sum; 1: max (NaN if any input is NaN; +0 > -0)",
+    .kind = KREG_ATTR_INT,
+    .default_value = {.i = 0},
+    .min = {.i = 0},
+    .max = {.i = 1},
+};
+constexpr const kreg_attr_desc* kReduceAttrs[] = {&kReductionAttr};
+
+// Sums only: max is exact in every kernel, i32 has no entry.
+// Sums in another order than the reference's: a float sum of p terms is
+// within (p - 1) float roundings of the terms' size (KREG_TOLERANCE_MAGNITUDE),
+// bf16 then within one rounding of the result.
+constexpr kreg_tolerance kSumF32 = {.struct_size = sizeof(kreg_tolerance),
+                                    .dtype = KREG_DTYPE_F32,
+                                    .atol = 2e-7,
+                                    .rtol = 1e-6,
+                                    .scale_dim = "ranks",
+                                    .flags = KREG_TOLERANCE_MAGNITUDE};
+constexpr kreg_tolerance kSumBf16 = {.struct_size = sizeof(kreg_tolerance),
+                                     .dtype = KREG_DTYPE_BF16,
+                                     .atol = 2e-7,
+                                     .rtol = 1.0 / 128,
+                                     .scale_dim = "ranks",
+                                     .flags = KREG_TOLERANCE_MAGNITUDE};
+constexpr const kreg_tolerance* kSumTolerances[] = {&kSumF32, &kSumBf16};
+
+constexpr kreg_tensor_desc kVectorX = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "x",
+    .doc = "this rank's vector",
+    .role = KREG_ROLE_IN,
+    .dtypes = kDtypes,
+    .shape = "count",
+};
+
+// ---- allgather -----------------------------------------------------------------------
+
+constexpr kreg_tensor_desc kAllgatherOut = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "out",
+    .doc = "row q: rank q's x",
+    .role = KREG_ROLE_OUT,
+    .dtypes = kDtypes,
+    .same_dtype_as = "x",
+    .shape = "ranks,count",
+};
+constexpr const kreg_tensor_desc* kAllgatherTensors[] = {&kVectorX, &kAllgatherOut};
+
+// ---- allreduce -----------------------------------------------------------------------
+
+constexpr kreg_tensor_desc kAllreduceOut = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "out",
+    .doc = "the reduction over ranks of x, the same on every rank",
+    .role = KREG_ROLE_OUT,
+    .dtypes = kDtypes,
+    .same_dtype_as = "x",
+    .shape = "count",
+    .tolerances = kSumTolerances,
+    .num_tolerances = 2,
+};
+constexpr const kreg_tensor_desc* kAllreduceTensors[] = {&kVectorX, &kAllreduceOut};
+
+// ---- reduce_scatter ------------------------------------------------------------------
+
+constexpr kreg_tensor_desc kReduceScatterX = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "x",
+    .doc = "row q: this rank's contribution to rank q's out",
+    .role = KREG_ROLE_IN,
+    .dtypes = kDtypes,
+    .shape = "ranks,count",
+};
+constexpr kreg_tensor_desc kReduceScatterOut = {
+    .struct_size = sizeof(kreg_tensor_desc),
+    .name = "out",
+    .doc = "the reduction over ranks q of rank q's x[this rank]",
+    .role = KREG_ROLE_OUT,
+    .dtypes = kDtypes,
+    .same_dtype_as = "x",
+    .shape = "count",
+    .tolerances = kSumTolerances,
+    .num_tolerances = 2,
+};
+constexpr const kreg_tensor_desc* kReduceScatterTensors[] = {&kReduceScatterX, &kReduceScatterOut};
+
+static_assert(sizeof kDims / sizeof kDims[0] == kNumDims && Named(kDims[kCount]->name, "count") &&
+              Named(kDims[kRanks]->name, "ranks"));
+static_assert(sizeof kReduceAttrs / sizeof kReduceAttrs[0] == kNumReduceAttrs &&
+              Named(kReduceAttrs[kReduction]->name, "reduction"));
+static_assert(sizeof kAllgatherTensors / sizeof kAllgatherTensors[0] == kNumTensors &&
+              Named(kAllgatherTensors[kX]->name, "x") && Named(kAllgatherTensors[kOut]->name, "out") &&
+              Named(kAllreduceTensors[kX]->name, "x") && Named(kAllreduceTensors[kOut]->name, "out") &&
+              Named(kReduceScatterTensors[kX]->name, "x") && Named(kReduceScatterTensors[kOut]->name, "out"));
+
+}  // namespace
+
+const kreg_op_desc kAllgatherOp = {
+    .struct_size = sizeof(kreg_op_desc),
+    .name = "allgather",
+    .doc = "every rank gets every rank's x: out[q] = rank q's x",
+    .dims = kDims,
+    .num_dims = kNumDims,
+    .tensors = kAllgatherTensors,
+    .num_tensors = kNumTensors,
+    .default_variants = kDefaultVariants,
+    .num_default_variants = 1,
+};
+
+const kreg_op_desc kAllreduceOp = {
+    .struct_size = sizeof(kreg_op_desc),
+    .name = "allreduce",
+    .doc = "every rank gets the sum (or max) over ranks of x",
+    .dims = kDims,
+    .num_dims = kNumDims,
+    .tensors = kAllreduceTensors,
+    .num_tensors = kNumTensors,
+    .attrs = kReduceAttrs,
+    .num_attrs = kNumReduceAttrs,
+    .default_variants = kDefaultVariants,
+    .num_default_variants = 1,
+};
+
+const kreg_op_desc kReduceScatterOp = {
+    .struct_size = sizeof(kreg_op_desc),
+    .name = "reduce_scatter",
+    .doc = "rank r gets the sum (or max) over ranks q of rank q's x[r]",
+    .dims = kDims,
+    .num_dims = kNumDims,
+    .tensors = kReduceScatterTensors,
+    .num_tensors = kNumTensors,
+    .attrs = kReduceAttrs,
+    .num_attrs = kNumReduceAttrs,
+    .default_variants = kDefaultVariants,
+    .num_default_variants = 1,
+};
+
+}  // namespace kreg::collectives
