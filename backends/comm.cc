@@ -13,6 +13,7 @@ namespace {
 
 // The host's own messages use negative tags (kernels use the others).
 constexpr int32_t kAllMaxTag = -1;
+constexpr int32_t kBroadcastTag = -2;
 
 absl::Status Check(kreg_status status, const char* msg) {
   return status == KREG_OK ? absl::OkStatus() : FromAbi(status, msg);
@@ -86,6 +87,19 @@ absl::StatusOr<std::unique_ptr<Comm>> LoadMpiComm(const CommOptions& options) {
   }
   return absl::UnavailableError(absl::StrCat("the mpi backend is not installed (kreg was built without MPI; "
                                              "install libopenmpi-dev and rebuild): looked for ", tried));
+}
+
+absl::Status Comm::Broadcast(std::string* text) {
+  uint64_t bytes = text->size();
+  for (int q = 1; q < size(); ++q) {
+    if (rank() != 0 && q != rank()) continue;
+    const bool send = rank() == 0;
+    const int peer = send ? q : 0;
+    if (absl::Status s = Exchange(abi_, send, peer, kBroadcastTag, &bytes, sizeof bytes); !s.ok()) return s;
+    if (!send) text->resize(bytes);
+    if (absl::Status s = Exchange(abi_, send, peer, kBroadcastTag, text->data(), bytes); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RunRanks(const std::vector<std::unique_ptr<Comm>>& comms,

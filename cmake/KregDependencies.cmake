@@ -11,3 +11,6 @@ endif()
 if(KREG_BUILD_BENCH)
   find_package(benchmark REQUIRED)
 endif()
+# Optional: MPI (Debian: libopenmpi-dev openmpi-bin) for the mpi backend,
+# its tests and the collectives benchmark against Open MPI's own.
+find_package(MPI COMPONENTS CXX QUIET)

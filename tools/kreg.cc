@@ -333,9 +333,45 @@ absl::Status Run(const Flags& flags) {
   } else if (op.collective()) {
     return absl::InvalidArgumentError(absl::StrCat(op.name(), " is a collective op: give --ranks N"));
   }
+  Json chosen_by = nullptr;
+  std::string how;
   if (!comms.empty()) {
     if (absl::Status s = op.SetRanks(&spec->values, comms[0]->size()); !s.ok()) return s;
-    if (from_table) return absl::UnimplementedError("a table's choice for a collective op: not yet (give OP/VARIANT)");
+    // A collective's table choice: one rank reads the table and every rank
+    // runs its answer, so ranks whose tables or machines differ cannot pick
+    // different algorithms and deadlock.
+    if (from_table) {
+      std::string choice_text;  // rank 0's choice: "kernel\nNAME=VALUE\n..."
+
+      if (comms[0]->rank() == 0) {
+        ShapeArgs shape;
+        if (absl::Status s = ShapeArgsOf(*spec, &shape); !s.ok()) return s;
+        absl::StatusOr<TableChoice> choice = ChooseFromTable(flags, *spec, **registry, *shape.args());
+        if (!choice.ok()) return choice.status();
+        kernel = choice->kernel;
+        config = choice->config;
+        how = choice->how;
+        chosen_by = std::move(choice->answer);
+        choice_text = kernel->name();
+        for (const auto& [param, value] : kernel->ConfigPairs(config)) absl::StrAppend(&choice_text, "\n", param, "=", value);
+      }
+      if (comms.size() == 1 && comms[0]->size() > 1) {  // an MPI job: rank 0 tells the others
+        if (absl::Status s = comms[0]->Broadcast(&choice_text); !s.ok()) return s;
+        const std::vector<std::string> lines = absl::StrSplit(choice_text, '\n');
+        absl::StatusOr<std::shared_ptr<const Kernel>> k = (*registry)->Get(lines[0]);
+        if (!k.ok()) return k.status();
+        std::vector<std::pair<std::string, std::string>> pairs;
+        for (size_t i = 1; i < lines.size(); ++i) {
+          const std::vector<std::string> kv = absl::StrSplit(lines[i], absl::MaxSplits('=', 1));
+          pairs.emplace_back(kv[0], kv.size() > 1 ? kv[1] : "");
+        }
+        absl::StatusOr<Config> c = (*k)->ParseConfig(pairs);
+        if (!c.ok()) return c.status();
+        kernel = *k;
+        config = *c;
+      }
+      name = kernel->name();
+    }
   }
   const int first_rank = comms.empty() ? 0 : comms[0]->rank();
   std::vector<std::unique_ptr<Problem>> problems(std::max<size_t>(comms.size(), 1));
@@ -359,8 +395,6 @@ absl::Status Run(const Flags& flags) {
     options.comm = comm;
     measured[rank] = MeasureKernel(*kernel, config, {problems[rank].get()}, options);
   };
-  Json chosen_by = nullptr;
-  std::string how;
   if (!comms.empty()) {
     absl::Status s = RunRanks(comms, [&](Comm& c) {
       absl::Status made = make_problem(&c);

@@ -63,6 +63,8 @@ class Comm {
   absl::Status Barrier();
   // The element-wise maximum of every rank's `values` (same length on all).
   absl::StatusOr<std::vector<double>> AllMax(std::vector<double> values);
+  // Rank 0's *text, on every rank.
+  absl::Status Broadcast(std::string* text);
 
  protected:
   kreg_comm abi_{};

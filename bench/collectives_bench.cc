@@ -1,0 +1,383 @@
+// collectives_bench: kreg's collective variants against the peers a user
+// would otherwise call, in one run.
+//
+//   Alone: the threads backend. Every variant of allgather, allreduce and
+//   reduce_scatter on 2 and 4 thread ranks of this process, against memcpy
+//   of the same bytes on one thread (peer/memcpy: the machine's copy
+//   bandwidth, the yardstick of the bus bandwidth).
+//
+//   Under mpirun -n P (P > 1): the mpi backend. Every variant against Open
+//   MPI's own MPI_Allgather, MPI_Allreduce and MPI_Reduce_scatter_block
+//   (peer/mpi) on the same ranks. Rank 0 runs Google Benchmark and leads;
+//   the others follow its commands (which case, one iteration at a time), so
+//   every rank runs each iteration together.
+//
+// An iteration is timed on rank 0 from a barrier to a barrier: the slowest
+// rank's time. Sizes follow NCCL's tests: S is the bytes of allreduce's
+// vector, of allgather's output and of reduce_scatter's input (per rank);
+// counters algbw = S / time and busbw = algbw x 2(P-1)/P (allreduce) or
+// (P-1)/P (allgather, reduce_scatter), bytes per second; memcpy's bw is its
+// S / time. f32 sums throughout. Run:
+//
+//   build/release/bin/collectives_bench --benchmark_repetitions=3
+//   mpirun -n 2 build/release/bin/collectives_bench
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "absl/strings/str_cat.h"
+#include "kreg/comm.h"
+#include "kreg/problem.h"
+#include "kreg/registry.h"
+
+#ifdef KREG_BENCH_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace kreg {
+namespace {
+
+constexpr int64_t kSizes[] = {1 << 10, 16 << 10, 256 << 10, 4 << 20, 16 << 20, 64 << 20};
+const char* const kOps[] = {"allgather", "allreduce", "reduce_scatter"};
+
+std::string SizeName(int64_t bytes) {
+  return bytes >= (1 << 20) ? absl::StrCat(bytes >> 20, "MiB") : absl::StrCat(bytes >> 10, "KiB");
+}
+
+// Elements per rank (the op's count) for S bytes of f32.
+int64_t CountOf(const std::string& op, int64_t bytes, int ranks) {
+  return op == "allreduce" ? bytes / 4 : bytes / 4 / ranks;
+}
+
+double BusFactor(const std::string& op, int ranks) {
+  return (op == "allreduce" ? 2.0 : 1.0) * (ranks - 1) / ranks;
+}
+
+benchmark::Counter BytesPerSecond(double bytes_per_iteration) {
+  return benchmark::Counter(bytes_per_iteration, benchmark::Counter::kIsIterationInvariantRate,
+                            benchmark::Counter::OneK::kIs1000);
+}
+
+void SetBandwidth(benchmark::State& state, const std::string& op, int64_t bytes, int ranks) {
+  state.counters["algbw"] = BytesPerSecond(static_cast<double>(bytes));
+  state.counters["busbw"] = BytesPerSecond(static_cast<double>(bytes) * BusFactor(op, ranks));
+}
+
+Registry& TheRegistry() {
+  static Registry* registry = [] {
+    auto* r = new Registry();
+    for (const absl::Status& s : r->LoadPlugins({std::string(KREG_PLUGIN_DIR) + "/kreg_collectives.so"})) {
+      std::cerr << "collectives_bench: " << s << "\n";
+    }
+    return r;
+  }();
+  return *registry;
+}
+
+// One rank's part of a kernel case: its problem and prepared run.
+struct RankRun {
+  std::unique_ptr<Problem> problem;
+  std::unique_ptr<PreparedRun> run;
+};
+
+absl::StatusOr<RankRun> Prepare(const Kernel& kernel, Comm& comm, int64_t count) {
+  absl::StatusOr<Values> values = kernel.op_info().ParseValues(Dims{{"count", count}});
+  if (!values.ok()) return values.status();
+  if (absl::Status s = kernel.op_info().SetRanks(&*values, comm.size()); !s.ok()) return s;
+  ProblemOptions options;
+  options.comm = comm.abi();
+  options.seed = 7;
+  RankRun r;
+  absl::StatusOr<std::unique_ptr<Problem>> problem = Problem::Make(kernel.op_ptr(), nullptr, *values, options);
+  if (!problem.ok()) return problem.status();
+  r.problem = *std::move(problem);
+  RunOptions run;
+  run.comm = comm.abi();
+  run.num_threads = 1;
+  absl::StatusOr<std::unique_ptr<PreparedRun>> prepared = kernel.Prepare(kernel.DefaultConfig(), *r.problem->args(), run);
+  if (!prepared.ok()) return prepared.status();
+  r.run = *std::move(prepared);
+  return r;
+}
+
+// ---- threads ------------------------------------------------------------------------
+
+// Ranks 1..n-1 as threads that run one iteration whenever rank 0 (the
+// benchmark's thread) starts one.
+class ThreadRanks {
+ public:
+  ThreadRanks(int n, std::function<absl::Status(Comm&)> iteration) : comms_(ThreadComms(n, {})), iteration_(std::move(iteration)) {
+    for (int r = 1; r < n; ++r) threads_.emplace_back([this, r] { Follow(*comms_[r]); });
+  }
+  ~ThreadRanks() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  Comm& rank0() { return *comms_[0]; }
+  std::vector<std::unique_ptr<Comm>>& comms() { return comms_; }
+  // Starts one iteration on ranks 1.. (rank 0 runs its own part).
+  void Start() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++generation_;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void Follow(Comm& comm) {
+    int64_t seen = 0;
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      lock.unlock();
+      if (absl::Status s = iteration_(comm); !s.ok()) std::cerr << "rank " << comm.rank() << ": " << s << "\n";
+    }
+  }
+  std::vector<std::unique_ptr<Comm>> comms_;
+  std::function<absl::Status(Comm&)> iteration_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+void BM_ThreadsKernel(benchmark::State& state, std::string kernel_name, int ranks, int64_t bytes) {
+  absl::StatusOr<std::shared_ptr<const Kernel>> kernel = TheRegistry().Get(kernel_name);
+  if (!kernel.ok()) return state.SkipWithError(std::string(kernel.status().message()).c_str());
+  const std::string op = (*kernel)->op();
+  std::vector<RankRun> runs(ranks);
+  ThreadRanks pool(ranks, [&](Comm& comm) -> absl::Status {
+    if (absl::Status s = comm.Barrier(); !s.ok()) return s;
+    absl::Status s = runs[comm.rank()].run->Run();
+    return s.ok() ? comm.Barrier() : s;
+  });
+  for (auto& comm : pool.comms()) {  // the collectives' prepare does not talk
+    absl::StatusOr<RankRun> r = Prepare(**kernel, *comm, CountOf(op, bytes, ranks));
+    if (!r.ok()) return state.SkipWithError(std::string(r.status().message()).c_str());
+    runs[comm->rank()] = *std::move(r);
+  }
+  for (auto _ : state) {
+    pool.Start();
+    Comm& me = pool.rank0();
+    if (absl::Status s = me.Barrier(); !s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = runs[0].run->Run();
+    if (s.ok()) s = me.Barrier();
+    if (!s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  SetBandwidth(state, op, bytes, ranks);
+}
+
+// memcpy of S bytes on one thread: the machine's copy bandwidth.
+void BM_Memcpy(benchmark::State& state, int64_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  for (auto _ : state) {
+    std::memcpy(b.data(), a.data(), bytes);
+    benchmark::DoNotOptimize(b.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["bw"] = BytesPerSecond(static_cast<double>(bytes));
+}
+
+void RegisterThreads() {
+  for (int ranks : {2, 4}) {
+    for (const char* op : kOps) {
+      for (const auto& kernel : TheRegistry().Kernels(op)) {
+        if (kernel->is_reference()) continue;
+        for (int64_t bytes : kSizes) {
+          benchmark::RegisterBenchmark(
+              absl::StrCat("threads/", kernel->name(), "/r", ranks, "/", SizeName(bytes)).c_str(), BM_ThreadsKernel,
+              kernel->name(), ranks, bytes)
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
+    }
+  }
+  for (int64_t bytes : kSizes) {
+    benchmark::RegisterBenchmark(absl::StrCat("peer/memcpy/", SizeName(bytes)).c_str(), BM_Memcpy, bytes)
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
+// ---- mpi ---------------------------------------------------------------------------
+
+#ifdef KREG_BENCH_HAVE_MPI
+
+// A case every rank can set up: a kreg kernel (name) or Open MPI's own
+// collective (peer), for an op and a size.
+struct MpiCase {
+  std::string op, kernel;  // kernel "" for Open MPI's
+  int64_t bytes;
+};
+std::vector<MpiCase>& MpiCases() {
+  static std::vector<MpiCase> cases;
+  return cases;
+}
+
+// What one rank holds for the case it runs now.
+struct MpiState {
+  int current = -1;
+  RankRun run;
+  std::vector<float> x, out;
+};
+
+absl::Status SetUp(Comm& comm, MpiState& st, int index) {
+  if (st.current == index) return absl::OkStatus();
+  st = MpiState();
+  st.current = index;
+  const MpiCase& c = MpiCases()[index];
+  const int64_t count = CountOf(c.op, c.bytes, comm.size());
+  if (c.kernel.empty()) {
+    const int64_t in = c.op == "reduce_scatter" ? count * comm.size() : count;
+    const int64_t out = c.op == "allgather" ? count * comm.size() : count;
+    st.x.assign(in, 1.0f);
+    st.out.assign(out, 0.0f);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::shared_ptr<const Kernel>> kernel = TheRegistry().Get(c.kernel);
+  if (!kernel.ok()) return kernel.status();
+  absl::StatusOr<RankRun> r = Prepare(**kernel, comm, count);
+  if (!r.ok()) return r.status();
+  st.run = *std::move(r);
+  return absl::OkStatus();
+}
+
+absl::Status RunOnce(Comm& comm, const MpiState& st) {
+  const MpiCase& c = MpiCases()[st.current];
+  if (!c.kernel.empty()) return st.run.run->Run();
+  const int count = static_cast<int>(CountOf(c.op, c.bytes, comm.size()));
+  int code = MPI_SUCCESS;
+  if (c.op == "allreduce") {
+    code = MPI_Allreduce(st.x.data(), const_cast<float*>(st.out.data()), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  } else if (c.op == "allgather") {
+    code = MPI_Allgather(st.x.data(), count, MPI_FLOAT, const_cast<float*>(st.out.data()), count, MPI_FLOAT,
+                         MPI_COMM_WORLD);
+  } else {
+    code = MPI_Reduce_scatter_block(st.x.data(), const_cast<float*>(st.out.data()), count, MPI_FLOAT, MPI_SUM,
+                                    MPI_COMM_WORLD);
+  }
+  return code == MPI_SUCCESS ? absl::OkStatus() : absl::InternalError("MPI collective failed");
+}
+
+// One timed iteration of case `index` on every rank: barrier, run, barrier.
+absl::StatusOr<double> Iterate(Comm& comm, MpiState& st, int index) {
+  if (absl::Status s = SetUp(comm, st, index); !s.ok()) return s;
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double t0 = MPI_Wtime();
+  if (absl::Status s = RunOnce(comm, st); !s.ok()) return s;
+  MPI_Barrier(MPI_COMM_WORLD);
+  return MPI_Wtime() - t0;
+}
+
+Comm* g_comm = nullptr;
+MpiState* g_state = nullptr;
+
+// Rank 0: tells the others which case comes next (-1: the end).
+void Lead(int index) { MPI_Bcast(&index, 1, MPI_INT, 0, MPI_COMM_WORLD); }
+
+void BM_Mpi(benchmark::State& state, int index) {
+  const MpiCase& c = MpiCases()[index];
+  for (auto _ : state) {
+    Lead(index);
+    absl::StatusOr<double> t = Iterate(*g_comm, *g_state, index);
+    if (!t.ok()) return state.SkipWithError(std::string(t.status().message()).c_str());
+    state.SetIterationTime(*t);
+  }
+  SetBandwidth(state, c.op, c.bytes, g_comm->size());
+}
+
+void RegisterMpi(int ranks) {
+  for (const char* op : kOps) {
+    std::vector<std::string> contestants = {""};
+    for (const auto& kernel : TheRegistry().Kernels(op)) {
+      if (!kernel->is_reference()) contestants.push_back(kernel->name());
+    }
+    for (int64_t bytes : kSizes) {
+      for (const std::string& k : contestants) {
+        MpiCases().push_back({op, k, bytes});
+        benchmark::RegisterBenchmark(
+            absl::StrCat("mpi/", k.empty() ? absl::StrCat(op, "/peer_mpi") : k, "/r", ranks, "/", SizeName(bytes))
+                .c_str(),
+            BM_Mpi, static_cast<int>(MpiCases().size() - 1))
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+}
+
+#endif  // KREG_BENCH_HAVE_MPI
+
+}  // namespace
+}  // namespace kreg
+
+int main(int argc, char** argv) {
+  int world = 1, rank = 0;
+#ifdef KREG_BENCH_HAVE_MPI
+  // Under mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE): the mpi backend.
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (size != nullptr && std::atoi(size) > 1) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  }
+#endif
+  if (world == 1) {
+    kreg::RegisterThreads();
+    benchmark::Initialize(&argc, argv);
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+  }
+#ifdef KREG_BENCH_HAVE_MPI
+  absl::StatusOr<std::unique_ptr<kreg::Comm>> comm = kreg::LoadMpiComm({});
+  if (!comm.ok()) {
+    std::cerr << "collectives_bench: " << comm.status() << "\n";
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  kreg::MpiState state;
+  kreg::g_comm = comm->get();
+  kreg::g_state = &state;
+  kreg::RegisterMpi(world);
+  if (rank == 0) {
+    benchmark::Initialize(&argc, argv);
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    kreg::Lead(-1);
+  } else {
+    for (;;) {
+      int index = -1;
+      MPI_Bcast(&index, 1, MPI_INT, 0, MPI_COMM_WORLD);
+      if (index < 0) break;
+      if (absl::StatusOr<double> t = kreg::Iterate(**comm, state, index); !t.ok()) {
+        std::cerr << "rank " << rank << ": " << t.status() << "\n";
+      }
+    }
+  }
+  state = kreg::MpiState();
+  comm->reset();
+  MPI_Finalize();
+#endif
+  return 0;
+}
