@@ -142,17 +142,18 @@ class MpiComm final : public Comm {
       return Fail(msg, cap, KREG_INVALID_ARGUMENT,
                   absl::StrFormat("%s: tag %d is outside [0, %d)", what, tag, kHostTagBase));
     }
-    if (bytes > static_cast<size_t>(INT_MAX)) {
-      return Fail(msg, cap, KREG_INVALID_ARGUMENT,
-                  absl::StrFormat("%s: %d bytes in one message; the mpi backend takes at most %d", what, bytes,
-                                  INT_MAX));
-    }
     auto* r = new MpiRequest{MPI_REQUEST_NULL, send, peer, tag, bytes};
     const int mpi_tag = tag >= 0 ? tag : kHostTagBase - tag;
-    const int count = static_cast<int>(bytes);
-    const int code = send ? MPI_Isend(buf, count, MPI_BYTE, peer, mpi_tag, self->world_, &r->request)
-                          : MPI_Irecv(const_cast<void*>(buf), count, MPI_BYTE, peer, mpi_tag, self->world_,
+    MPI_Datatype type = MPI_BYTE;
+    int count = static_cast<int>(bytes);
+    if (bytes > static_cast<size_t>(INT_MAX)) {  // one element of a type of `bytes` bytes
+      type = BigType(bytes);
+      count = 1;
+    }
+    const int code = send ? MPI_Isend(buf, count, type, peer, mpi_tag, self->world_, &r->request)
+                          : MPI_Irecv(const_cast<void*>(buf), count, type, peer, mpi_tag, self->world_,
                                       &r->request);
+    if (type != MPI_BYTE) MPI_Type_free(&type);  // freed once the request is done
     if (code != MPI_SUCCESS) {
       delete r;
       return Fail(msg, cap, KREG_INTERNAL, absl::StrCat(what, ": ", MpiError(code)));
@@ -160,6 +161,21 @@ class MpiComm final : public Comm {
     *request = r;
     return KREG_OK;
   }
+  // A contiguous type of `bytes` > INT_MAX bytes: whole GiB blocks and the
+  // rest.
+  static MPI_Datatype BigType(size_t bytes) {
+    constexpr size_t kGiB = size_t{1} << 30;
+    MPI_Datatype gib, type;
+    MPI_Type_contiguous(static_cast<int>(kGiB), MPI_BYTE, &gib);
+    int lengths[2] = {static_cast<int>(bytes / kGiB), static_cast<int>(bytes % kGiB)};
+    MPI_Aint offsets[2] = {0, static_cast<MPI_Aint>(bytes / kGiB * kGiB)};
+    MPI_Datatype types[2] = {gib, MPI_BYTE};
+    MPI_Type_create_struct(2, lengths, offsets, types, &type);
+    MPI_Type_commit(&type);
+    MPI_Type_free(&gib);
+    return type;
+  }
+
   static kreg_status Isend(void* ctx, int32_t peer, int32_t tag, const void* buf, size_t bytes, void** request,
                            char* msg, size_t cap) {
     return Post(ctx, true, peer, tag, buf, bytes, request, msg, cap);
@@ -188,8 +204,8 @@ class MpiComm final : public Comm {
                                   r->peer, r->bytes, rank(), r->tag)
                 : absl::StrCat(Describe(*r), ": ", MpiError(code));
     } else if (!r->send) {
-      int got = 0;
-      MPI_Get_count(&status, MPI_BYTE, &got);
+      MPI_Count got = 0;
+      MPI_Get_elements_x(&status, MPI_BYTE, &got);
       if (static_cast<size_t>(got) != r->bytes) {
         result = KREG_INVALID_ARGUMENT;
         why = absl::StrFormat("rank %d sent %d bytes (tag %d) to rank %d, which expected %d: the ranks disagree on "

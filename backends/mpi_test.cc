@@ -1,0 +1,109 @@
+// The mpi backend through the ABI table, run under mpirun -n 2 (see
+// tests/CMakeLists.txt): host collectives, sizes that disagree, a message
+// over 2 GiB (slow label only: KREG_MPI_BIG=1), and a rank that never
+// answers. Every rank runs every test, in the same order.
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <memory>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "kreg/comm.h"
+#include "kreg/registry.h"
+
+namespace kreg {
+namespace {
+
+using ::testing::HasSubstr;
+
+// This process's rank, from the first test until every test has run (its
+// destruction finalises MPI).
+std::unique_ptr<Comm> g_world;
+
+class MpiEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    CommOptions options;
+    options.timeout_seconds = 2;
+    absl::StatusOr<std::unique_ptr<Comm>> c = LoadMpiComm(options);
+    ASSERT_TRUE(c.ok()) << c.status();
+    g_world = *std::move(c);
+  }
+  void TearDown() override { g_world.reset(); }
+};
+::testing::Environment* const kEnvironment = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
+
+Comm& World() { return *g_world; }
+
+absl::Status SendRecv(Comm& c, bool send, int peer, int tag, void* buf, size_t bytes) {
+  char msg[512] = "";
+  void* request = nullptr;
+  const kreg_comm& a = *c.abi();
+  kreg_status s = send ? a.isend(a.ctx, peer, tag, buf, bytes, &request, msg, sizeof msg)
+                       : a.irecv(a.ctx, peer, tag, buf, bytes, &request, msg, sizeof msg);
+  if (s == KREG_OK) s = a.wait(a.ctx, request, msg, sizeof msg);
+  return s == KREG_OK ? absl::OkStatus() : FromAbi(s, msg);
+}
+
+TEST(MpiCommTest, HostCollectivesAgree) {
+  Comm& c = World();
+  ASSERT_EQ(c.size(), 2);
+  ASSERT_TRUE(c.Barrier().ok());
+  absl::StatusOr<std::vector<double>> m = c.AllMax({static_cast<double>(c.rank()), 5.0});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(*m, (std::vector<double>{1.0, 5.0}));
+  std::string text = c.rank() == 0 ? "allreduce/ring\nchunks=4" : "";
+  ASSERT_TRUE(c.Broadcast(&text).ok());
+  EXPECT_EQ(text, "allreduce/ring\nchunks=4");
+}
+
+TEST(MpiCommTest, SizesThatDisagreeAreNamed) {
+  Comm& c = World();
+  std::vector<char> buf(64);
+  // Rank 0 sends 40 bytes where rank 1 expects 32, then 16 where it expects 32.
+  absl::Status more = SendRecv(c, c.rank() == 0, 1 - c.rank(), 3, buf.data(), c.rank() == 0 ? 40 : 32);
+  absl::Status fewer = SendRecv(c, c.rank() == 0, 1 - c.rank(), 4, buf.data(), c.rank() == 0 ? 16 : 32);
+  if (c.rank() == 1) {
+    EXPECT_THAT(std::string(more.message()), HasSubstr("rank 0 sent more than the 32 bytes rank 1 expected (tag 3)"));
+    EXPECT_THAT(std::string(fewer.message()), HasSubstr("rank 0 sent 16 bytes (tag 4) to rank 1, which expected 32"));
+  }
+  EXPECT_TRUE(c.Barrier().ok());
+}
+
+TEST(MpiCommTest, AMessageOverTwoGiB) {
+  if (std::getenv("KREG_MPI_BIG") == nullptr) GTEST_SKIP() << "set KREG_MPI_BIG=1 (4.5 GB of memory)";
+  Comm& c = World();
+  const size_t bytes = (size_t{1} << 31) + 4097;
+  std::vector<unsigned char> buf(bytes, c.rank() == 0 ? 7 : 0);
+  buf[bytes - 1] = c.rank() == 0 ? 9 : 0;
+  ASSERT_TRUE(SendRecv(c, c.rank() == 0, 1 - c.rank(), 5, buf.data(), bytes).ok());
+  if (c.rank() == 1) {
+    EXPECT_EQ(buf[0], 7);
+    EXPECT_EQ(buf[bytes - 2], 7);
+    EXPECT_EQ(buf[bytes - 1], 9);
+  }
+}
+
+// Last: rank 1 stops answering; rank 0 gives up after the 2 s timeout,
+// naming it, and has slept meanwhile.
+TEST(MpiCommTest, ARankThatNeverAnswersTimesOut) {
+  Comm& c = World();
+  if (c.rank() == 1) return;
+  int v = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const std::clock_t cpu = std::clock();
+  absl::Status s = SendRecv(c, false, 1, 6, &v, sizeof v);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("rank 0: nothing came within the 2s communication timeout, waiting for a receive of 4 bytes "
+                        "from rank 1 (tag 6)"));
+  EXPECT_LT(seconds, 3.0);
+  EXPECT_LT(static_cast<double>(std::clock() - cpu) / CLOCKS_PER_SEC, 0.5);  // it slept
+}
+
+}  // namespace
+}  // namespace kreg
