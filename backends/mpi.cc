@@ -29,6 +29,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kHostTagBase = 16384;  // kernel tags are below it
 constexpr int kFailureTag = 32000;   // a failing rank's reason
+constexpr auto kSpin = std::chrono::microseconds(50);  // polling before naps
 
 struct MpiRequest {
   MPI_Request request = MPI_REQUEST_NULL;
@@ -218,7 +219,7 @@ class MpiComm final : public Comm {
   }
 
   // Why a wait must stop now (KREG_OK: it need not).
-  kreg_status Stop(Clock::time_point deadline, const std::string& awaiting, std::string* why) {
+  kreg_status Stop(Clock::time_point deadline, absl::string_view awaiting, std::string* why) {
     if (PeerFailed(why)) {
       *why = absl::StrCat(*why, "; rank ", rank(), " gave up ", awaiting);
       return KREG_UNAVAILABLE;
@@ -235,27 +236,34 @@ class MpiComm final : public Comm {
     return KREG_OK;
   }
 
-  // Polls until `poll` says done, sleeping between tries. Giving up cancels
+  // Polls until `poll` says done: for kSpin in a tight loop (a small
+  // message's latency), then with naps growing to 1 ms. Failure notices,
+  // the cancel flag and the deadline are looked at every 64 turns.
+  // `awaiting()` describes the wait, for the message. Giving up cancels
   // and frees *cancel (a point-to-point request) unless it is NULL.
-  template <typename PollFn>
-  kreg_status Await(PollFn&& poll, const std::string& awaiting, MPI_Request* cancel, char* msg, size_t cap) {
+  template <typename PollFn, typename Awaiting>
+  kreg_status Await(PollFn&& poll, Awaiting&& awaiting, MPI_Request* cancel, char* msg, size_t cap) {
+    const Clock::time_point start = Clock::now();
     const Clock::time_point deadline =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double>(std::max(0.0, options_.timeout_seconds)));
+        start + std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(std::max(0.0, options_.timeout_seconds)));
     std::chrono::microseconds nap(0);
+    bool napping = false;
     for (int turn = 0;; ++turn) {
       bool done = false;
       const kreg_status s = poll(&done);
       if (done) return s;
+      if (turn % 64 != 63 && !napping) continue;
       std::string why;
-      if (const kreg_status stop = Stop(deadline, awaiting, &why); stop != KREG_OK) {
+      if (const kreg_status stop = Stop(deadline, awaiting(), &why); stop != KREG_OK) {
         if (cancel != nullptr && *cancel != MPI_REQUEST_NULL) {
           MPI_Cancel(cancel);
           MPI_Request_free(cancel);
         }
         return Fail(msg, cap, stop, why);
       }
-      if (turn > 100) {
+      napping = napping || Clock::now() - start > kSpin;
+      if (napping) {
         nap = std::min(std::chrono::microseconds(1000), nap + std::chrono::microseconds(10));
         std::this_thread::sleep_for(nap);
       }
@@ -282,7 +290,8 @@ class MpiComm final : public Comm {
     if (request == nullptr) return Fail(msg, cap, KREG_INVALID_ARGUMENT, "wait: request is NULL");
     MpiComm* self = Self(ctx);
     auto* r = static_cast<MpiRequest*>(request);
-    const std::string awaiting = absl::StrCat("waiting for ", Describe(*r));
+    const MpiRequest described = *r;  // r is deleted once done
+    auto awaiting = [&] { return absl::StrCat("waiting for ", Describe(described)); };
     MPI_Request* handle = &r->request;
     bool deleted = false;
     const kreg_status s = self->Await(
@@ -307,7 +316,7 @@ class MpiComm final : public Comm {
           *done = flag != 0;
           return KREG_OK;
         },
-        "in a barrier", nullptr, msg, cap);  // a collective request cannot be cancelled: left to MPI_Finalize
+        [] { return std::string("in a barrier"); }, nullptr, msg, cap);  // a collective request cannot be cancelled: left to MPI_Finalize
   }
 
   const CommOptions options_;

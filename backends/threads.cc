@@ -5,9 +5,12 @@
 // and tag; first posted, first matched, as MPI orders them) copies the
 // bytes itself, straight from the sender's buffer into the receiver's, with
 // the world's lock released; both requests are then done and their ranks
-// woken. Otherwise it waits in the world's queue for its match. Waiting
-// ranks sleep on their own condition variable, waking every 50 ms to look
-// at the cancel flag.
+// woken. Otherwise it waits in the world's queue for its match. A waiting
+// rank first yields its core for up to kSpin (a peer a step behind is
+// usually about to post: this keeps small messages at microseconds, and
+// hands the core to that peer where ranks outnumber cores), then sleeps on
+// its own condition variable, waking every 50 ms to look at the cancel
+// flag.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -16,6 +19,7 @@
 #include <deque>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,6 +29,7 @@ namespace kreg {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr auto kSpin = std::chrono::microseconds(50);
 
 struct Request {
   bool send = false;
@@ -58,6 +63,17 @@ class World {
  private:
   // Why a wait of `rank` must stop now, or KREG_OK; mu_ held.
   kreg_status Stop(int rank, Clock::time_point deadline, absl::string_view awaiting, std::string* why) const;
+  // Yields the core while `ready()` is false, for at most kSpin; `lock`
+  // is released meanwhile.
+  template <typename Ready>
+  static void Spin(std::unique_lock<std::mutex>& lock, Ready&& ready) {
+    const Clock::time_point end = Clock::now() + kSpin;
+    while (!ready() && Clock::now() < end) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    }
+  }
   // Copies r's bytes to (or from) its match m, both claimed; takes and gives
   // back `lock`.
   void Copy(Request* r, Request* m, std::unique_lock<std::mutex>& lock);
@@ -162,6 +178,7 @@ kreg_status World::Test(int rank, Request* r, int* done, char* msg, size_t cap) 
 
 kreg_status World::Wait(int rank, Request* r, char* msg, size_t cap) {
   std::unique_lock<std::mutex> lock(mu_);
+  Spin(lock, [&] { return r->done || failed_rank_ >= 0; });
   const Clock::time_point deadline = Deadline();
   while (!r->done) {
     std::string why;
@@ -190,6 +207,7 @@ kreg_status World::Barrier(int rank, char* msg, size_t cap) {
     for (std::condition_variable& w : wake_) w.notify_all();
     return KREG_OK;
   }
+  Spin(lock, [&] { return barrier_generation_ != generation || failed_rank_ >= 0; });
   const Clock::time_point deadline = Deadline();
   while (barrier_generation_ == generation) {
     std::string why;

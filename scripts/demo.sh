@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # kreg's main job on a fresh Debian 12 machine: install what is missing,
 # build, load the plugins, tune top-k on a few shapes into a table (a minute
-# or two), then answer queries from it and run what it picks.
+# or two), then answer queries from it and run what it picks; the same for
+# an all-reduce on 4 thread ranks, and once under mpirun.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 cmake --preset release >/dev/null
-cmake --build --preset release --target kreg kreg_topk
+# deps.sh installs Open MPI, so the mpi backend (kreg_mpi) is built too.
+cmake --build --preset release --target kreg kreg_topk kreg_collectives kreg_worker kreg_mpi
 kreg=build/release/bin/kreg
 db=build/demo.lut
 rm -f "$db"
@@ -27,3 +29,15 @@ echo "== the table shipped for this machine"
 $kreg query topk --db tuning_db/tables/amd-epyc-avx2-2c.txtpb --dims batch=100,n=150000,k=64
 echo "== a run dispatched by the table, checked"
 $kreg run topk --db "$db" --dims batch=48,n=40000,k=64 --check
+echo "== a collective: all-reduce on 4 thread ranks, tuned, queried, dispatched"
+$kreg run allreduce/ring --ranks 4 --dims count=1000000 --check
+$kreg tune allreduce --ranks 4 --db "$db" --strategy exhaustive \
+  --dims count=256 --dims count=65536 --dims count=4194304
+$kreg query allreduce --ranks 4 --db "$db" --dims count=256 --dims count=1000000
+$kreg run allreduce --ranks 4 --db "$db" --dims count=1000000 --check
+if [ -f build/release/lib/kreg/backends/kreg_mpi.so ]; then
+  echo "== the same all-reduce as 3 MPI processes (the table's key differs: backend=mpi)"
+  root=""
+  [ "$(id -u)" = 0 ] && root="--allow-run-as-root"
+  mpirun $root --oversubscribe -n 3 $kreg run allreduce/ring --backend mpi --dims count=1000 --check
+fi
