@@ -31,6 +31,35 @@ absl::Status Exchange(const kreg_comm& c, bool send, int peer, int32_t tag, void
 
 }  // namespace
 
+Comm* Comm::axis(absl::string_view name) const {
+  for (const auto& [axis_name, comm] : axes_) {
+    if (axis_name == name) return comm.get();
+  }
+  return nullptr;
+}
+
+void Comm::EnableAxes() {
+  abi_.axis = [](void* ctx, const char* name) -> const kreg_comm* {
+    const Comm* sub = name != nullptr ? static_cast<Comm*>(ctx)->axis(name) : nullptr;
+    return sub != nullptr ? sub->abi() : nullptr;
+  };
+}
+
+std::vector<int> AxisGroup(const Mesh& mesh, size_t a, int r) {
+  int stride = 1;
+  for (size_t b = a + 1; b < mesh.size(); ++b) stride *= mesh[b].second;
+  const int base = r - (r / stride) % mesh[a].second * stride;
+  std::vector<int> group;
+  for (int j = 0; j < mesh[a].second; ++j) group.push_back(base + j * stride);
+  return group;
+}
+
+bool MeshFits(const Mesh& mesh, int n) {
+  int64_t product = 1;
+  for (const auto& [name, size] : mesh) product *= size;
+  return !mesh.empty() && product == n;
+}
+
 absl::Status Comm::Barrier() {
   char msg[512] = "";
   return Check(abi_.barrier(abi_.ctx, msg, sizeof msg), msg);

@@ -174,6 +174,42 @@ TEST(ThreadCommTest, AllMaxAndBarrierOnAnyRankCount) {
   }
 }
 
+TEST(ThreadCommTest, AMeshHasACommunicatorPerAxis) {
+  // 2 x 3, row-major: rank = ix * 3 + iy.
+  EXPECT_EQ(AxisGroup({{"x", 2}, {"y", 3}}, 0, 4), (std::vector<int>{1, 4}));
+  EXPECT_EQ(AxisGroup({{"x", 2}, {"y", 3}}, 1, 4), (std::vector<int>{3, 4, 5}));
+  CommOptions options;
+  options.mesh = {{"x", 2}, {"y", 3}};
+  auto comms = ThreadComms(6, options);
+  ASSERT_TRUE(RunRanks(comms, [](Comm& c) -> absl::Status {
+                const int ix = c.rank() / 3, iy = c.rank() % 3;
+                const kreg_comm* x = c.abi()->axis(c.abi()->ctx, "x");
+                const kreg_comm* y = c.abi()->axis(c.abi()->ctx, "y");
+                EXPECT_EQ(c.abi()->axis(c.abi()->ctx, "z"), nullptr);
+                if (x == nullptr || y == nullptr) return absl::InternalError("no axis");
+                EXPECT_EQ(x->size, 2);
+                EXPECT_EQ(x->rank, ix);
+                EXPECT_EQ(y->size, 3);
+                EXPECT_EQ(y->rank, iy);
+                // Around the y ring, each rank's world rank: the one before it on its row.
+                int got = -1, mine = c.rank();
+                void* requests[2];
+                if (absl::Status s = Post(*c.axis("y"), false, (iy + 2) % 3, 0, &got, sizeof got, &requests[0]);
+                    !s.ok()) {
+                  return s;
+                }
+                if (absl::Status s = Post(*c.axis("y"), true, (iy + 1) % 3, 0, &mine, sizeof mine, &requests[1]);
+                    !s.ok()) {
+                  return s;
+                }
+                for (void* r : requests) {
+                  if (absl::Status s = Wait(*c.axis("y"), r); !s.ok()) return s;
+                }
+                EXPECT_EQ(got, ix * 3 + (iy + 2) % 3);
+                return absl::OkStatus();
+              }).ok());
+}
+
 double ThreadCpuSeconds() {
   rusage u{};
   getrusage(RUSAGE_THREAD, &u);

@@ -74,10 +74,25 @@ class MpiComm final : public Comm {
     MPI_Comm_size(comm->world_, &size);
     comm->abi_.rank = rank;
     comm->abi_.size = size;
+    if (MeshFits(options.mesh, size)) {
+      comm->EnableAxes();
+      for (size_t a = 0; a < options.mesh.size(); ++a) {
+        const std::vector<int> group = AxisGroup(options.mesh, a, rank);
+        const int key = static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
+        auto sub = std::unique_ptr<MpiComm>(new MpiComm(options, false));
+        MPI_Comm_split(comm->world_, group[0], key, &sub->world_);
+        MPI_Comm_set_errhandler(sub->world_, MPI_ERRORS_RETURN);
+        sub->abi_.rank = key;
+        sub->abi_.size = static_cast<int>(group.size());
+        sub->parent_ = comm.get();
+        comm->axes_.emplace_back(options.mesh[a].first, std::move(sub));
+      }
+    }
     return comm;
   }
 
   ~MpiComm() override {
+    axes_.clear();  // their communicators first
     MPI_Comm_free(&world_);
     if (owns_mpi_) MPI_Finalize();
   }
@@ -85,8 +100,9 @@ class MpiComm final : public Comm {
   absl::string_view backend() const override { return "mpi"; }
 
   // Tells every other rank why this one failed (their waits then fail at
-  // once); the notices are small, so they go out eagerly.
+  // once, axes' too); the notices are small, so they go out eagerly.
   void Abort(absl::string_view why) override {
+    if (parent_ != nullptr) return parent_->Abort(why);
     if (!failed_.empty()) return;
     failed_ = absl::StrCat("rank ", rank(), " failed (", why, ")");
     failed_.resize(std::min<size_t>(failed_.size(), 1000));
@@ -110,12 +126,14 @@ class MpiComm final : public Comm {
   }
   static MpiComm* Self(void* ctx) { return static_cast<MpiComm*>(ctx); }
 
-  // A peer's failure notice, if one came: its text.
+  // A peer's failure notice, if one came (on this communicator, or for an
+  // axis on the whole mesh's): its text.
   bool PeerFailed(std::string* why) {
     if (!failed_.empty()) {
       *why = failed_;
       return true;
     }
+    if (parent_ != nullptr && parent_->PeerFailed(why)) return true;
     int flag = 0;
     MPI_Status status;
     MPI_Iprobe(MPI_ANY_SOURCE, kFailureTag, world_, &flag, &status);
@@ -323,6 +341,7 @@ class MpiComm final : public Comm {
   const bool owns_mpi_;
   MPI_Comm world_ = MPI_COMM_NULL;
   std::string failed_;  // set once this rank or a peer failed
+  MpiComm* parent_ = nullptr;  // an axis communicator's whole mesh
 };
 
 }  // namespace

@@ -28,6 +28,7 @@ class MpiEnvironment : public ::testing::Environment {
   void SetUp() override {
     CommOptions options;
     options.timeout_seconds = 2;
+    options.mesh = {{"x", 2}, {"y", 1}};
     absl::StatusOr<std::unique_ptr<Comm>> c = LoadMpiComm(options);
     ASSERT_TRUE(c.ok()) << c.status();
     g_world = *std::move(c);
@@ -58,6 +59,15 @@ TEST(MpiCommTest, HostCollectivesAgree) {
   std::string text = c.rank() == 0 ? "allreduce/ring\nchunks=4" : "";
   ASSERT_TRUE(c.Broadcast(&text).ok());
   EXPECT_EQ(text, "allreduce/ring\nchunks=4");
+  // The 2 x 1 mesh: axis x holds both ranks, axis y each alone.
+  const kreg_comm* x = c.abi()->axis(c.abi()->ctx, "x");
+  const kreg_comm* y = c.abi()->axis(c.abi()->ctx, "y");
+  ASSERT_TRUE(x != nullptr && y != nullptr);
+  EXPECT_EQ(x->size, 2);
+  EXPECT_EQ(x->rank, c.rank());
+  EXPECT_EQ(y->size, 1);
+  EXPECT_EQ(y->rank, 0);
+  EXPECT_TRUE(c.axis("x")->Barrier().ok());
 }
 
 TEST(MpiCommTest, SizesThatDisagreeAreNamed) {

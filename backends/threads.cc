@@ -246,7 +246,14 @@ class ThreadComm final : public Comm {
     abi_.barrier = &ThreadComm::BarrierAbi;
   }
   absl::string_view backend() const override { return "threads"; }
-  void Abort(absl::string_view why) override { world_->Abort(rank(), why); }
+  void Abort(absl::string_view why) override {
+    world_->Abort(rank(), why);
+    for (auto& [name, sub] : axes_) sub->Abort(why);
+  }
+  void AddAxis(std::string name, std::unique_ptr<Comm> comm) {
+    if (axes_.empty()) EnableAxes();
+    axes_.emplace_back(std::move(name), std::move(comm));
+  }
 
  private:
   static ThreadComm* Self(void* ctx) { return static_cast<ThreadComm*>(ctx); }
@@ -312,9 +319,23 @@ class ThreadComm final : public Comm {
 
 std::vector<std::unique_ptr<Comm>> ThreadComms(int n, const CommOptions& options) {
   auto world = std::make_shared<World>(n, options);
-  std::vector<std::unique_ptr<Comm>> comms;
+  std::vector<std::unique_ptr<ThreadComm>> comms;
   for (int r = 0; r < n; ++r) comms.push_back(std::make_unique<ThreadComm>(world, r, n));
-  return comms;
+  if (MeshFits(options.mesh, n)) {
+    // Per axis, one world per group of ranks sharing the other coordinates.
+    for (size_t a = 0; a < options.mesh.size(); ++a) {
+      for (int r = 0; r < n; ++r) {
+        const std::vector<int> group = AxisGroup(options.mesh, a, r);
+        if (group[0] != r) continue;  // made by the group's first rank
+        auto axis_world = std::make_shared<World>(static_cast<int>(group.size()), options);
+        for (size_t j = 0; j < group.size(); ++j) {
+          comms[group[j]]->AddAxis(options.mesh[a].first, std::make_unique<ThreadComm>(
+                                                              axis_world, static_cast<int>(j), static_cast<int>(group.size())));
+        }
+      }
+    }
+  }
+  return {std::make_move_iterator(comms.begin()), std::make_move_iterator(comms.end())};
 }
 
 }  // namespace kreg

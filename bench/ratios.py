@@ -16,6 +16,13 @@ dtype): median time, GFLOP/s (from the "flops" counter), the speed-up over
 onednn_direct (oneDNN per group) and the fraction of onednn_dense (one
 dense matmul of all rows: the roofline) reached.
 
+collectives_bench's JSON (alone, and under mpirun; same flags), named
+threads/<op>/<variant>/r<P>/<size>, mpi/<op>/<variant>/r<P>/<size> and
+peer/memcpy/<size>, gives one table per (backend, op, ranks): per size each
+variant's median time, and for mpi its speed-up over Open MPI's own
+(mpi/<op>/peer_mpi), for threads its bus bandwidth as a fraction of
+memcpy's bandwidth at that size (peer/memcpy).
+
 Medians come from the "median" aggregates when present, else from the
 median of the plain runs. Pure standard library.
 """
@@ -81,10 +88,64 @@ def ratio(num, den, fmt):
     return fmt.format(num / den) if num and den else "-"
 
 
+def collective_runs(paths):
+    """{name without /manual_time: (median us, busbw or bw in bytes/s)} of collectives_bench."""
+    runs = collections.defaultdict(list)
+    for path in paths:
+        with open(path) as f:
+            for b in json.load(f)["benchmarks"]:
+                name = b.get("run_name", b["name"]).replace("/manual_time", "")
+                if not name.startswith(("threads/", "mpi/", "peer/memcpy/")) or b.get("error_occurred"):
+                    continue
+                if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+                    continue
+                us = b["real_time"] * TO_MS[b.get("time_unit", "ns")] * 1e3
+                runs[name].append((us, b.get("busbw", b.get("bw", 0.0))))
+    return {name: sorted(v)[len(v) // 2] for name, v in runs.items()}
+
+
+def print_collectives(runs):
+    """One table per (backend, op, ranks): sizes down, variants across."""
+    tables = collections.defaultdict(lambda: collections.defaultdict(dict))  # (backend, op, r) -> size -> variant
+    for name, value in runs.items():
+        parts = name.split("/")
+        if parts[0] in ("threads", "mpi"):
+            backend, op, variant, ranks, size = parts
+            tables[(backend, op, ranks)][size][variant] = value
+    memcpy = {name.split("/")[2]: v for name, v in runs.items() if name.startswith("peer/memcpy/")}
+    for (backend, op, ranks), sizes in tables.items():
+        variants = sorted({v for row in sizes.values() for v in row if v != "peer_mpi"})
+        what = "vs Open MPI" if backend == "mpi" else "busbw / memcpy bw"
+        print(f"### {backend} {op} {ranks}: median us ({what})\n")
+        print("| size | " + " | ".join(variants) + (" | Open MPI |" if backend == "mpi" else " | memcpy GB/s |"))
+        print("|---|" + "---:|" * (len(variants) + 1))
+        for size, row in sizes.items():
+            cells = []
+            for v in variants:
+                if v not in row:
+                    cells.append("-")
+                    continue
+                us, busbw = row[v]
+                if backend == "mpi":
+                    peer = row.get("peer_mpi", (None,))[0]
+                    cells.append(f"{us:.1f} ({ratio(peer, us, '{:.2f}x')})")
+                else:
+                    bw = memcpy.get(size, (None, None))[1]
+                    cells.append(f"{us:.1f} ({ratio(busbw, bw, '{:.0%}')})")
+            last = (f"{row['peer_mpi'][0]:.1f}" if "peer_mpi" in row else "-") if backend == "mpi" else (
+                f"{memcpy[size][1] / 1e9:.2f}" if size in memcpy else "-")
+            print(f"| {size} | " + " | ".join(cells) + f" | {last} |")
+        print()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("json", nargs="+", help="Google Benchmark JSON file(s)")
     args = parser.parse_args()
+    collectives = collective_runs(args.json)
+    if collectives:
+        print_collectives(collectives)
+        return
     table = load(args.json)
     if not table:
         sys.exit("ratios.py: no benchmarks in " + ", ".join(args.json))

@@ -36,6 +36,7 @@
 #include "gtest/gtest.h"
 #include "kreg/autotune.h"
 #include "kreg/comm.h"
+#include "kreg/dispatch.h"
 #include "kreg/measure.h"
 #include "kreg/op.h"
 #include "kreg/problem.h"
@@ -64,6 +65,13 @@ const Registry& TheRegistry() {
     return r->release();
   }();
   return *registry;
+}
+
+// Runs composite ops' sub-ops (sharded_matmul's local multiplies): each
+// op's untuned default.
+const Dispatcher& TheDispatcher() {
+  static const Dispatcher* dispatcher = new Dispatcher(*Dispatcher::Create(TheRegistry(), TuningDb()));
+  return *dispatcher;
 }
 
 std::string Why(const Kernel& kernel) {
@@ -191,6 +199,9 @@ void CheckKernel(const Kernel& kernel, const Case& c, Tally& tally, size_t max_c
       measure.reps = 1;
       measure.check = true;
       measure.comm = comm;
+      measure.run.dispatch = [](absl::string_view sub_op, const kreg_args& args) {
+        return TheDispatcher().Run(sub_op, args).status();
+      };
       Measurement m = MeasureKernel(kernel, config, {problem->get()}, measure);
       EXPECT_EQ(m.status, TrialStatus::kOk)
           << "[" << kernel.ConfigString(config) << "] " << TrialStatusName(m.status) << ": " << m.error;
@@ -213,20 +224,41 @@ void CheckKernel(const Kernel& kernel, const Case& c, Tally& tally, size_t max_c
   }
   CommOptions comm_options;
   comm_options.timeout_seconds = 60;
+  if (op.uses_mesh()) {  // the mesh from the axes' values: x=2,y=1
+    for (size_t i = 0; i < op.dims().size(); ++i) {
+      if (op.dims()[i].mesh_axis) comm_options.mesh.emplace_back(op.dims()[i].name, values->dims[i]);
+    }
+    if (absl::Status s = op.SetMesh(&*values, comm_options.mesh); !s.ok()) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      ++tally.refused;
+      return;
+    }
+  }
   (void)RunRanks(ThreadComms(static_cast<int>(values->dims[op.ranks_dim()]), comm_options),
                  [&](Comm& comm) { return check(&comm); });
 }
 
-// Collective ops run on 1 to 8 thread ranks: an edge value v of the ranks
-// dim stands for 1 + v % 8 ranks (0 -> 1, 1 -> 2, 3 -> 4, 7 -> 8, 33 -> 2).
-int64_t EdgeValue(const Op& op, size_t dim, int64_t v) {
-  return static_cast<int>(dim) == op.ranks_dim() && v >= 0 ? 1 + v % 8 : v;
-}
-
 // ---- Edge cases from an op's descriptor -----------------------------------------
 
-// In an edge shape: a dim left out, to take its default_dim's value.
+// In an edge shape: a dim left out, to take its default_dim's value (or the
+// one the host derives).
 constexpr int64_t kLeftOut = -1;
+
+// Collective ops run on 1 to 8 thread ranks: an edge value v of the ranks
+// dim stands for 1 + v % 8 ranks (0 -> 1, 1 -> 2, 3 -> 4, 7 -> 8, 33 -> 2);
+// on a mesh, each axis has 1 + v % 2 ranks, the ranks dim and derived
+// dims are left out (the host sets them), and a dim that a derived dim
+// divides is made even, so the axes divide it.
+int64_t EdgeValue(const Op& op, size_t dim, int64_t v) {
+  const DimInfo& d = op.dims()[dim];
+  if (v < 0 || d.numerator >= 0) return d.numerator >= 0 ? kLeftOut : v;
+  if (d.mesh_axis) return 1 + v % 2;
+  for (const DimInfo& other : op.dims()) {
+    if (other.numerator == static_cast<int>(dim)) return v + (v & 1);
+  }
+  if (static_cast<int>(dim) == op.ranks_dim()) return op.uses_mesh() ? kLeftOut : 1 + v % 8;
+  return v;
+}
 
 // The largest rank of the op's tensors, in any of their shapes.
 size_t MaxRank(const Op& op) {
@@ -244,7 +276,7 @@ std::vector<std::vector<int64_t>> EdgeShapes(const Op& op) {
   const size_t nd = op.dims().size();
   std::vector<std::vector<int64_t>> shapes;
   auto add = [&](std::vector<int64_t> s) {
-    for (size_t i = 0; i < nd; ++i) s[i] = EdgeValue(op, i, std::min(s[i], op.dims()[i].max));
+    for (size_t i = 0; i < nd; ++i) s[i] = EdgeValue(op, i, s[i] < 0 ? s[i] : std::min(s[i], op.dims()[i].max));
     if (std::find(shapes.begin(), shapes.end(), s) == shapes.end()) shapes.push_back(std::move(s));
   };
   // Every dim `v`, those with a default left out.
@@ -501,8 +533,8 @@ TEST_P(KernelConformanceTest, LargerRandomProblemsSampledConfigurations) {
       for (const NamedValues& attrs : AttrChoices(op)) {
         Case c;
         for (size_t i = 0; i < op.dims().size(); ++i) {
-          c.values.emplace_back(op.dims()[i].name,
-                                absl::StrCat(EdgeValue(op, i, std::min(sizes[(i + r) % 3], op.dims()[i].max))));
+          const int64_t v = EdgeValue(op, i, std::min(sizes[(i + r) % 3], op.dims()[i].max));
+          if (v != kLeftOut) c.values.emplace_back(op.dims()[i].name, absl::StrCat(v));
         }
         c.values.insert(c.values.end(), attrs.begin(), attrs.end());
         c.options.dtypes = dtypes;
@@ -1064,10 +1096,13 @@ INSTANTIATE_TEST_SUITE_P(GroupedOps, GroupedMatmulTest, ::testing::ValuesIn(Grou
 
 // ---- Collectives: every rank count, awkward counts, ranks agreeing --------------------
 
+// The kernels of the collectives over a vector of `count` per rank.
 std::vector<std::string> CollectiveKernels() {
   std::vector<std::string> names;
   for (const auto& k : TheRegistry().Kernels()) {
-    if (k->op_info().collective() && !k->is_reference()) names.push_back(k->name());
+    if (k->op_info().collective() && k->op_info().FindDim("count") >= 0 && !k->is_reference()) {
+      names.push_back(k->name());
+    }
   }
   return names;
 }
@@ -1121,6 +1156,48 @@ TEST_P(CollectiveTest, EveryRankCountAwkwardCountsAndRanksAgree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Collectives, CollectiveTest, ::testing::ValuesIn(CollectiveKernels()), TestName);
+
+// ---- sharded_matmul: meshes and shapes ----------------------------------------------
+
+std::vector<std::string> ShardedMatmulKernels() {
+  std::vector<std::string> names;
+  for (const auto& k : TheRegistry().Kernels("sharded_matmul")) {
+    if (!k->is_reference()) names.push_back(k->name());
+  }
+  return names;
+}
+
+class ShardedMatmulTest : public KernelConformanceTest {};
+
+// Every mesh of up to 8 ranks from 1x1 to 4x2 (1xN and Nx1 too), shapes the
+// mesh divides (k split differently over x and y, empty shards), within f32
+// tolerance of one matmul of the whole arrays (the reference's).
+TEST_P(ShardedMatmulTest, EveryMeshAndShape) {
+  struct Shape {
+    int64_t m, k, n;
+  };
+  Tally tally;
+  for (const auto& [x, y] : std::vector<std::pair<int, int>>{{1, 1}, {1, 3}, {2, 1}, {2, 2}, {2, 4}, {4, 2}, {3, 2}}) {
+    for (const Shape& shape : {Shape{0, 24, 5}, Shape{12, 0, 3}, Shape{24, 24, 0}, Shape{24, 24, 17}, Shape{12, 48, 5},
+                               Shape{48, 12, 33}, Shape{96, 96, 64}}) {
+      if (shape.m % x != 0 || shape.k % x != 0 || shape.k % y != 0) continue;
+      for (Dist dist : {Dist::kNormal, Dist::kBits}) {
+        Case c;
+        c.values = {{"m", absl::StrCat(shape.m)}, {"k", absl::StrCat(shape.k)}, {"n", absl::StrCat(shape.n)},
+                    {"x", absl::StrCat(x)},       {"y", absl::StrCat(y)}};
+        c.options.dist = dist;
+        c.options.seed = static_cast<uint64_t>(tally.cases + 1);
+        CheckKernel(*kernel_, c, tally);
+        if (HasFailure()) return;
+      }
+    }
+  }
+  EXPECT_EQ(tally.refused, 0);
+  EXPECT_GT(tally.runs, 40);
+  std::cout << kernel_->name() << ": " << tally.cases << " cases on meshes 1x1 to 4x2\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Sharded, ShardedMatmulTest, ::testing::ValuesIn(ShardedMatmulKernels()), TestName);
 
 // ---- gmm and tgmm: validation -----------------------------------------------------
 

@@ -92,6 +92,12 @@ absl::StatusOr<ProblemSpec> SpecFromFlags(const Flags& flags, const Registry& re
   if (flags.ranks > 0) {
     if (absl::Status s = spec.op->SetRanks(&spec.values, flags.ranks); !s.ok()) return s;
   }
+  if (!flags.mesh.empty()) {
+    absl::StatusOr<Mesh> mesh = ParseMesh(flags.mesh);
+    if (!mesh.ok()) return absl::InvalidArgumentError(absl::StrCat("--mesh: ", mesh.status().message()));
+    if (absl::Status s = spec.op->SetMesh(&spec.values, *mesh); !s.ok()) return s;
+    spec.mesh = *std::move(mesh);
+  }
   absl::StatusOr<ProblemOptions> options = OptionsFromFlags(flags);
   if (!options.ok()) return options.status();
   spec.options = *std::move(options);

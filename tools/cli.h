@@ -52,6 +52,7 @@ struct Flags {
   int warmup = 3, reps = 10, threads = 0;
   // Collectives: thread ranks in this process, and how long a wait may last.
   int ranks = 0;
+  std::string mesh;  // "2x2", "x=2,y=4"
   std::string backend = "threads";
   double comm_timeout = 30;
   bool check = false;
@@ -91,6 +92,7 @@ struct ProblemSpec {
   Values values;
   ProblemOptions options;
   std::vector<std::pair<std::string, std::string>> files;  // --input NAME=FILE
+  Mesh mesh;  // --mesh
 };
 absl::StatusOr<ProblemSpec> SpecFromFlags(const Flags& flags, const Registry& registry, absl::string_view op,
                                           absl::string_view dims);

@@ -23,6 +23,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "kreg/comm.h"
+#include "kreg/dispatch.h"
 #include "kreg/measure.h"
 #include "kreg/npy.h"
 #include "kreg/op.h"
@@ -317,6 +318,11 @@ absl::Status Run(const Flags& flags) {
   std::vector<std::unique_ptr<Comm>> comms;
   CommOptions comm_options;
   comm_options.timeout_seconds = flags.comm_timeout;
+  comm_options.mesh = spec->mesh;
+  // --mesh without --ranks: the mesh's size.
+  const int thread_ranks = flags.ranks > 0 || spec->mesh.empty() || !op.collective()
+                               ? flags.ranks
+                               : static_cast<int>(spec->values.dims[op.ranks_dim()]);
   if (flags.backend == "mpi") {
     if (!op.collective()) return absl::InvalidArgumentError(absl::StrCat("--backend mpi: ", op.name(), " is not a collective op"));
     absl::StatusOr<std::unique_ptr<Comm>> comm = LoadMpiComm(comm_options);
@@ -328,8 +334,8 @@ absl::Status Run(const Flags& flags) {
     comms.push_back(*std::move(comm));
   } else if (flags.backend != "threads") {
     return absl::InvalidArgumentError(absl::StrCat("--backend '", flags.backend, "': expected threads or mpi"));
-  } else if (flags.ranks > 0) {
-    comms = ThreadComms(flags.ranks, comm_options);
+  } else if (thread_ranks > 0) {
+    comms = ThreadComms(thread_ranks, comm_options);
   } else if (op.collective()) {
     return absl::InvalidArgumentError(absl::StrCat(op.name(), " is a collective op: give --ranks N"));
   }
@@ -385,9 +391,21 @@ absl::Status Run(const Flags& flags) {
     problems[comm != nullptr ? comm->rank() - first_rank : 0] = *std::move(problem);
     return absl::OkStatus();
   };
+  // Composite ops (a kernel running another op: sharded_matmul's local
+  // multiplies) get their sub-ops run by a dispatcher: the --db table's
+  // choice, else each op's default.
+  absl::StatusOr<TuningDb> sub_table = flags.db.empty() ? TuningDb() : LoadTable(flags.db);
+  if (!sub_table.ok()) return sub_table.status();
+  absl::StatusOr<Dispatcher> dispatcher = Dispatcher::Create(**registry, *sub_table);
+  if (!dispatcher.ok()) return dispatcher.status();
+  RunOptions sub_options;
+  sub_options.num_threads = flags.threads;
   auto measure = [&](Comm* comm) {
     const int rank = comm != nullptr ? comm->rank() - first_rank : 0;
     MeasureOptions options;
+    options.run.dispatch = [&](absl::string_view sub_op, const kreg_args& args) {
+      return dispatcher->Run(sub_op, args, sub_options).status();
+    };
     options.warmup = flags.warmup;
     options.reps = flags.reps;
     options.check = flags.check;
@@ -679,6 +697,9 @@ void AddComm(CLI::App* c, Flags& f) {
                 "of the job mpirun started)")
       ->option_text("NAME")
       ->capture_default_str();
+  c->add_option("--mesh", f.mesh,
+                "collective ops on a device mesh: its axes, 2x4 (axes x, y) or x=2,y=4; the ranks are its size")
+      ->option_text("AXES");
   c->add_option("--comm-timeout,--comm_timeout", f.comm_timeout,
                 "collective ops: seconds a rank waits for another before failing")
       ->option_text("SECONDS")

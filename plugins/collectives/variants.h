@@ -11,6 +11,7 @@
   X(kAllgatherReferenceKernel)      \
   X(kAllreduceReferenceKernel)      \
   X(kReduceScatterReferenceKernel)  \
+  X(kShardedMatmulReferenceKernel)  \
   X(kAllgatherRingKernel)           \
   X(kAllreduceRingKernel)           \
   X(kReduceScatterRingKernel)       \
@@ -19,7 +20,9 @@
   X(kReduceScatterDoublingKernel)   \
   X(kAllgatherDirectKernel)         \
   X(kAllreduceDirectKernel)         \
-  X(kReduceScatterDirectKernel)
+  X(kReduceScatterDirectKernel)     \
+  X(kShardedMatmulPlainKernel)      \
+  X(kShardedMatmulOverlappedKernel)
 
 namespace kreg::collectives {
 
@@ -27,6 +30,8 @@ namespace kreg::collectives {
 extern const kreg_op_desc kAllgatherOp;
 extern const kreg_op_desc kAllreduceOp;
 extern const kreg_op_desc kReduceScatterOp;
+// Op "sharded_matmul" (sharded_matmul.cc).
+extern const kreg_op_desc kShardedMatmulOp;
 
 #define KREG_COLLECTIVES_DECLARE_KERNEL(name) extern const kreg_kernel name;
 KREG_COLLECTIVES_KERNELS(KREG_COLLECTIVES_DECLARE_KERNEL)

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -145,6 +146,17 @@ absl::StatusOr<std::shared_ptr<const Op>> Op::Read(const kreg_op_desc& d,
         return in(absl::StrCat("dim '", dim->name, "': default_dim '", dim->default_dim, "' is not an earlier dim"));
       }
     }
+    if (KREG_HAS_FIELD(dim, kreg_dim_desc, denominator) && (dim->numerator != nullptr) != (dim->denominator != nullptr)) {
+      return in(absl::StrCat("dim '", dim->name, "': give both numerator and denominator, or neither"));
+    }
+    if (KREG_HAS_FIELD(dim, kreg_dim_desc, denominator) && dim->numerator != nullptr) {
+      info.numerator = op->FindDim(dim->numerator);
+      info.denominator = op->FindDim(dim->denominator);
+      if (info.numerator < 0 || info.denominator < 0) {
+        return in(absl::StrCat("dim '", dim->name, "': numerator and denominator must be earlier dims"));
+      }
+    }
+    info.mesh_axis = KREG_HAS_FIELD(dim, kreg_dim_desc, flags) && (dim->flags & KREG_DIM_MESH_AXIS) != 0;
     if (KREG_HAS_FIELD(dim, kreg_dim_desc, flags) && (dim->flags & KREG_DIM_RANKS) != 0) {
       if (op->ranks_dim_ >= 0) return in("more than one dim is KREG_DIM_RANKS");
       if (info.default_dim >= 0) return in(absl::StrCat("dim '", dim->name, "' is KREG_DIM_RANKS and has a default_dim"));
@@ -406,7 +418,10 @@ absl::Status Op::CheckComplete(const Values& values) const {
     if (values.dims[i] < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           name_, ": dimension '", dims_[i].name, "' is missing (",
-          static_cast<int>(i) == ranks_dim_ ? "give --ranks N" : "give it in --dims or through an input file", ")"));
+          static_cast<int>(i) == ranks_dim_ ? "give --ranks N"
+          : dims_[i].mesh_axis              ? "give --mesh, e.g. 2x2"
+                                            : "give it in --dims or through an input file",
+          ")"));
     }
   }
   return absl::OkStatus();
@@ -427,9 +442,80 @@ absl::Status Op::SetRanks(Values* values, int ranks) const {
 
 absl::Status Op::Complete(Values* values) const {
   for (size_t i = 0; i < dims_.size(); ++i) {
-    if (values->dims[i] < 0 && dims_[i].default_dim >= 0) values->dims[i] = values->dims[dims_[i].default_dim];
+    const DimInfo& d = dims_[i];
+    if (values->dims[i] < 0 && d.default_dim >= 0) values->dims[i] = values->dims[d.default_dim];
+    if (d.numerator < 0) continue;
+    const int64_t num = values->dims[d.numerator], den = values->dims[d.denominator];
+    if (num < 0 || den < 0) continue;  // CheckComplete names what is missing
+    if (den == 0 || num % den != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name_, ": ", dims_[d.numerator].name, "=", num,
+                                                     " is not divisible by ", dims_[d.denominator].name, "=", den));
+    }
+    if (values->dims[i] >= 0 && values->dims[i] != num / den) {
+      return absl::InvalidArgumentError(absl::StrCat(name_, ": ", d.name, "=", values->dims[i], " but ",
+                                                     dims_[d.numerator].name, " / ", dims_[d.denominator].name,
+                                                     " = ", num / den));
+    }
+    values->dims[i] = num / den;
   }
   return CheckComplete(*values);
+}
+
+bool Op::uses_mesh() const {
+  return std::any_of(dims_.begin(), dims_.end(), [](const DimInfo& d) { return d.mesh_axis; });
+}
+
+absl::Status Op::SetMesh(Values* values, const Mesh& mesh) const {
+  int64_t ranks = 1;
+  for (const auto& [axis, size] : mesh) ranks *= size;
+  for (size_t i = 0; i < dims_.size(); ++i) {
+    if (!dims_[i].mesh_axis) continue;
+    auto it = std::find_if(mesh.begin(), mesh.end(), [&](const auto& a) { return a.first == dims_[i].name; });
+    if (it == mesh.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(name_, " needs mesh axis '", dims_[i].name, "' (the mesh is ",
+                                                     mesh.empty() ? "none: give --mesh" : MeshString(mesh), ")"));
+    }
+    if (values->dims[i] >= 0 && values->dims[i] != it->second) {
+      return absl::InvalidArgumentError(absl::StrCat(name_, ": ", dims_[i].name, "=", values->dims[i],
+                                                     " disagrees with the mesh's ", MeshString(mesh)));
+    }
+    values->dims[i] = it->second;
+  }
+  return SetRanks(values, static_cast<int>(ranks));
+}
+
+absl::StatusOr<Mesh> ParseMesh(absl::string_view text) {
+  Mesh mesh;
+  const bool named = absl::StrContains(text, '=');
+  static constexpr const char* kAxisNames[] = {"x", "y", "z", "w"};
+  std::vector<std::string> parts = absl::StrSplit(text, named ? ',' : 'x');
+  if (!named && parts.size() > 4) return absl::InvalidArgumentError(absl::StrCat("mesh '", text, "': at most 4 axes"));
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::string name = named ? "" : kAxisNames[i];
+    absl::string_view size = parts[i];
+    if (named) {
+      std::vector<std::string> kv = absl::StrSplit(parts[i], absl::MaxSplits('=', 1));
+      if (kv.size() != 2 || !IsIdentifier(kv[0].c_str())) {
+        return absl::InvalidArgumentError(absl::StrCat("mesh '", text, "': '", parts[i], "' is not AXIS=SIZE"));
+      }
+      name = kv[0];
+      size = parts[i].substr(kv[0].size() + 1);
+    }
+    int n = 0;
+    if (!absl::SimpleAtoi(size, &n) || n < 1 || n > 4096) {
+      return absl::InvalidArgumentError(absl::StrCat("mesh '", text, "': axis size '", size, "' is not in [1, 4096]"));
+    }
+    for (const auto& [existing, unused] : mesh) {
+      if (existing == name) return absl::InvalidArgumentError(absl::StrCat("mesh '", text, "': axis ", name, " twice"));
+    }
+    mesh.emplace_back(name, n);
+  }
+  if (mesh.empty()) return absl::InvalidArgumentError("empty mesh");
+  return mesh;
+}
+
+std::string MeshString(const Mesh& mesh) {
+  return absl::StrJoin(mesh, ",", absl::PairFormatter("="));
 }
 
 Dims Op::KeyDims(const Values& values) const {

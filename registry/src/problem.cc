@@ -403,10 +403,12 @@ absl::Status Problem::CheckOutputs() const {
       if (tol != nullptr) {
         const double a = got.GetAsDouble(e), b = want.GetAsDouble(e);
         const double m = sizes != nullptr ? sizes->GetAsDouble(e) : 1;  // NaN only where want is NaN
-        if (std::isnan(a) || std::isnan(b) || std::isinf(b)) {
-          ok = (std::isnan(a) && std::isnan(b)) || a == b;
-        } else if (std::isinf(a)) {
-          ok = sizes != nullptr && std::isinf(m);  // the terms overflow the dtype: a float sum may too
+        const bool overflow = sizes != nullptr && std::isinf(m);  // the terms overflow the dtype
+        if (std::isnan(b)) {
+          ok = std::isnan(a);
+        } else if (!std::isfinite(a) || std::isinf(b)) {
+          // Float partial sums may overflow, to either infinity or both (NaN).
+          ok = a == b || (overflow && !std::isfinite(a));
         } else {
           ok = std::fabs(a - b) <= tol->atol * scale * std::max(1.0, m) + tol->rtol * std::fabs(b);
         }

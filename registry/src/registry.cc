@@ -327,7 +327,7 @@ absl::StatusOr<std::unique_ptr<PreparedRun>> Kernel::Prepare(const Config& confi
   run->kernel_ = this;
   run->abi_ = std::make_unique<Config::AbiView>(config);
   run->args_ = &args;
-  run->num_threads_ = options.num_threads;
+  if (options.num_threads > 0) run->arena_ = std::make_unique<PreparedRun::Arena>(options.num_threads);
   run->host_ = MakeHost(name_, options);
   char msg[512] = "";
   if (desc_->workspace_bytes != nullptr) {
@@ -355,6 +355,13 @@ absl::StatusOr<std::unique_ptr<PreparedRun>> Kernel::Prepare(const Config& confi
   return run;
 }
 
+// Made once per prepared run: an arena costs microseconds to set up, as
+// much as a small kernel's whole run.
+struct PreparedRun::Arena {
+  explicit Arena(int threads) : arena(threads) {}
+  tbb::task_arena arena;
+};
+
 PreparedRun::~PreparedRun() {
   if (prepared_ && kernel_->release_ != nullptr) kernel_->release_(state_);
 }
@@ -366,10 +373,9 @@ absl::Status PreparedRun::Run() {
     code = kernel_->desc_->run(abi_->get(), args_, state_, workspace_, workspace_bytes_, &host_->host, msg,
                                sizeof msg);
   };
-  if (num_threads_ > 0) {
+  if (arena_ != nullptr) {
     // oneTBB plugins run inside the host's arena of that many threads.
-    tbb::task_arena arena(num_threads_);
-    arena.execute(run);
+    arena_->arena.execute(run);
   } else {
     run();
   }

@@ -39,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kreg/op.h"
 #include "kreg/plugin_abi.h"
 
 namespace kreg {
@@ -46,6 +47,10 @@ namespace kreg {
 struct CommOptions {
   double timeout_seconds = 30;                    // bounds every wait
   const std::atomic<int>* cancel_flag = nullptr;  // non-zero: waits stop
+  // A device mesh over the ranks (its sizes' product must be the rank
+  // count; otherwise, or when empty, there are no axes): each rank's comm
+  // then has one communicator per axis (kreg_comm.axis).
+  Mesh mesh;
 };
 
 class Comm {
@@ -56,6 +61,8 @@ class Comm {
   int size() const { return abi_.size; }
   // "threads" or "mpi".
   virtual absl::string_view backend() const = 0;
+  // This rank's communicator along mesh axis `name`, or nullptr.
+  Comm* axis(absl::string_view name) const;
   // Marks this rank failed with `why`: every rank's waits fail from now on.
   virtual void Abort(absl::string_view why) = 0;
 
@@ -67,8 +74,17 @@ class Comm {
   absl::Status Broadcast(std::string* text);
 
  protected:
+  // Sets abi_.axis; axes_ holds the communicators it answers with.
+  void EnableAxes();
   kreg_comm abi_{};
+  std::vector<std::pair<std::string, std::unique_ptr<Comm>>> axes_;
 };
+
+// The ranks of `mesh` along axis `a` that share rank r's other
+// coordinates, in their order on that axis (row-major numbering).
+std::vector<int> AxisGroup(const Mesh& mesh, size_t a, int r);
+// Whether `mesh` has axes whose sizes multiply to n.
+bool MeshFits(const Mesh& mesh, int n);
 
 // n >= 1 thread ranks sharing one world.
 std::vector<std::unique_ptr<Comm>> ThreadComms(int n, const CommOptions& options);

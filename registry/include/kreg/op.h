@@ -54,7 +54,17 @@ struct DimInfo {
   std::string name, doc;
   int64_t max = INT64_MAX;
   int default_dim = -1;  // index of an earlier dim whose value it takes when not given, or -1
+  bool mesh_axis = false;  // KREG_DIM_MESH_AXIS: the mesh axis of its name's size
+  int numerator = -1, denominator = -1;  // a derived dim: dims[numerator] / dims[denominator]
 };
+
+// A device mesh: its axes' names and sizes, the first varying slowest
+// ({{"x", 2}, {"y", 4}} is "2x4").
+using Mesh = std::vector<std::pair<std::string, int>>;
+// "2x4" (axes x, y, z, w in order) or "x=2,y=4"; InvalidArgument naming
+// the problem.
+absl::StatusOr<Mesh> ParseMesh(absl::string_view text);
+std::string MeshString(const Mesh& mesh);  // "x=2,y=4"
 
 struct Tolerance {
   DType dtype;
@@ -156,6 +166,11 @@ class Op {
   // Sets the ranks dim of `values` to `ranks`; InvalidArgument when the op
   // is not collective or the dim was given another value.
   absl::Status SetRanks(Values* values, int ranks) const;
+  // Whether the op has mesh-axis dims, and setting them (and the ranks dim,
+  // to the mesh's size) from `mesh`: InvalidArgument for a mesh without one
+  // of the op's axes, or values given that disagree.
+  bool uses_mesh() const;
+  absl::Status SetMesh(Values* values, const Mesh& mesh) const;
   // Preferred variants when nothing is tuned (descriptor order).
   const std::vector<std::string>& default_variants() const { return default_variants_; }
   // The op's own choice for shape-only `args` on `host`, or "" for none.
@@ -176,8 +191,9 @@ class Op {
   absl::StatusOr<Values> ParseValues(const Dims& dims) const;
   // InvalidArgument naming the first dim still -1.
   absl::Status CheckComplete(const Values& values) const;
-  // Gives each dim still -1 that has a default_dim that dim's value, then
-  // CheckComplete. Call it once every source of dims (the user's names,
+  // Gives each dim still -1 that has a default_dim that dim's value, and
+  // each derived dim its quotient (InvalidArgument where the division is
+  // not exact, or a derived dim given disagrees), then CheckComplete. Call it once every source of dims (the user's names,
   // DimsFromInputs) has been read.
   absl::Status Complete(Values* values) const;
   // The key dims of `values`: dims, then INT attributes differing from their

@@ -172,11 +172,20 @@ typedef struct kreg_dim_desc {
    * given. */
   const char* default_dim;
   uint32_t flags; /* KREG_DIM_* */
+  /* Optional: a derived dim, the value of earlier dim `numerator` divided by
+   * earlier dim `denominator` (e.g. a shard's rows, "m" / "x"); the host
+   * computes it and refuses a numerator the denominator does not divide.
+   * Both NULL, or both set. */
+  const char* numerator;
+  const char* denominator;
 } kreg_dim_desc;
 /* kreg_dim_desc.flags */
 #define KREG_DIM_RANKS 1u /* the communicator's size: the host sets it (a value
                              the user gives must equal it); an op with such a
                              dim is collective, its kernels run on every rank */
+#define KREG_DIM_MESH_AXIS 2u /* the size of the device-mesh axis of the dim's
+                                 name ("x"): the host sets it from the mesh;
+                                 kreg_comm.axis(name) reaches that axis */
 #define KREG_DIM_DESC_MIN_SIZE (offsetof(kreg_dim_desc, max) + sizeof(int64_t))
 
 typedef enum kreg_role {
@@ -206,8 +215,9 @@ typedef enum kreg_gen {
  * atol * scale * max(1, M) + rtol * |want|, so a sum whose terms cancel is
  * held to the rounding of its terms rather than of its small result (a
  * float sum in another order can lose it all). Where M overflows the
- * output's dtype, an infinity is accepted too (a float partial sum may
- * overflow where the reference's double one does not). */
+ * output's dtype, any infinity or NaN is accepted too (float partial sums
+ * may overflow, to one infinity or to both, where the reference's double
+ * sum does not). */
 typedef struct kreg_tolerance {
   size_t struct_size;
   uint32_t dtype; /* one KREG_DTYPE_* bit */
@@ -416,6 +426,12 @@ typedef struct kreg_comm {
   kreg_status (*test)(void* ctx, void* request, int* done, char* msg, size_t msg_cap);
   kreg_status (*wait)(void* ctx, void* request, char* msg, size_t msg_cap);
   kreg_status (*barrier)(void* ctx, char* msg, size_t msg_cap);
+  /* Optional (read with KREG_HAS_FIELD): this rank's communicator along
+   * mesh axis `name`, the ranks that share every other mesh coordinate,
+   * ranked by their coordinate on that axis; NULL when the communicator is
+   * not a mesh or has no such axis. Valid as long as this one. A mesh's
+   * ranks are numbered row-major: the first axis varies slowest. */
+  const struct kreg_comm* (*axis)(void* ctx, const char* name);
 } kreg_comm;
 #define KREG_COMM_MIN_SIZE (offsetof(kreg_comm, barrier) + sizeof(void*))
 

@@ -83,6 +83,7 @@ class PreparedRun {
   absl::Status Run();
 
   struct HostContext;  // what kreg_host's callbacks reach
+  struct Arena;        // the oneTBB arena runs execute in, made once
 
  private:
   friend class Kernel;
@@ -95,7 +96,7 @@ class PreparedRun {
   Workspace own_workspace_;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  int num_threads_ = 0;
+  std::unique_ptr<Arena> arena_;  // with num_threads > 0
   std::unique_ptr<HostContext> host_;
 };
 
