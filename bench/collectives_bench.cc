@@ -37,6 +37,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kreg/comm.h"
+#include "kreg/dispatch.h"
 #include "kreg/problem.h"
 #include "kreg/registry.h"
 
@@ -76,7 +77,8 @@ void SetBandwidth(benchmark::State& state, const std::string& op, int64_t bytes,
 Registry& TheRegistry() {
   static Registry* registry = [] {
     auto* r = new Registry();
-    for (const absl::Status& s : r->LoadPlugins({std::string(KREG_PLUGIN_DIR) + "/kreg_collectives.so"})) {
+    for (const absl::Status& s : r->LoadPlugins({std::string(KREG_PLUGIN_DIR) + "/kreg_collectives.so",
+                                                 std::string(KREG_PLUGIN_DIR) + "/kreg_gmm.so"})) {
       std::cerr << "collectives_bench: " << s << "\n";
     }
     return r;
@@ -90,10 +92,18 @@ struct RankRun {
   std::unique_ptr<PreparedRun> run;
 };
 
-absl::StatusOr<RankRun> Prepare(const Kernel& kernel, Comm& comm, int64_t count) {
-  absl::StatusOr<Values> values = kernel.op_info().ParseValues(Dims{{"count", count}});
+// The sub-ops of composite ops (sharded_matmul's gmm): each op's default.
+const Dispatcher& TheDispatcher() {
+  static const Dispatcher* dispatcher = new Dispatcher(*Dispatcher::Create(TheRegistry(), TuningDb()));
+  return *dispatcher;
+}
+
+absl::StatusOr<RankRun> Prepare(const Kernel& kernel, Comm& comm, Dims dims, const Mesh& mesh = {}) {
+  absl::StatusOr<Values> values = kernel.op_info().ParseValues(dims);
   if (!values.ok()) return values.status();
-  if (absl::Status s = kernel.op_info().SetRanks(&*values, comm.size()); !s.ok()) return s;
+  absl::Status set = mesh.empty() ? kernel.op_info().SetRanks(&*values, comm.size())
+                                  : kernel.op_info().SetMesh(&*values, mesh);
+  if (!set.ok()) return set;
   ProblemOptions options;
   options.comm = comm.abi();
   options.seed = 7;
@@ -104,6 +114,11 @@ absl::StatusOr<RankRun> Prepare(const Kernel& kernel, Comm& comm, int64_t count)
   RunOptions run;
   run.comm = comm.abi();
   run.num_threads = 1;
+  run.dispatch = [](absl::string_view op, const kreg_args& args) {
+    RunOptions sub;
+    sub.num_threads = 1;
+    return TheDispatcher().Run(op, args, sub).status();
+  };
   absl::StatusOr<std::unique_ptr<PreparedRun>> prepared = kernel.Prepare(kernel.DefaultConfig(), *r.problem->args(), run);
   if (!prepared.ok()) return prepared.status();
   r.run = *std::move(prepared);
@@ -116,7 +131,8 @@ absl::StatusOr<RankRun> Prepare(const Kernel& kernel, Comm& comm, int64_t count)
 // benchmark's thread) starts one.
 class ThreadRanks {
  public:
-  ThreadRanks(int n, std::function<absl::Status(Comm&)> iteration) : comms_(ThreadComms(n, {})), iteration_(std::move(iteration)) {
+  ThreadRanks(int n, std::function<absl::Status(Comm&)> iteration, const Mesh& mesh = {})
+      : comms_(ThreadComms(n, {.mesh = mesh})), iteration_(std::move(iteration)) {
     for (int r = 1; r < n; ++r) threads_.emplace_back([this, r] { Follow(*comms_[r]); });
   }
   ~ThreadRanks() {
@@ -159,32 +175,62 @@ class ThreadRanks {
   bool stop_ = false;
 };
 
-void BM_ThreadsKernel(benchmark::State& state, std::string kernel_name, int ranks, int64_t bytes) {
-  absl::StatusOr<std::shared_ptr<const Kernel>> kernel = TheRegistry().Get(kernel_name);
-  if (!kernel.ok()) return state.SkipWithError(std::string(kernel.status().message()).c_str());
-  const std::string op = (*kernel)->op();
+// Times `kernel` on `ranks` thread ranks (a `mesh` of them) with `dims`:
+// returns false after SkipWithError.
+bool TimeThreads(benchmark::State& state, const Kernel& kernel, int ranks, const Dims& dims, const Mesh& mesh = {}) {
   std::vector<RankRun> runs(ranks);
-  ThreadRanks pool(ranks, [&](Comm& comm) -> absl::Status {
-    if (absl::Status s = comm.Barrier(); !s.ok()) return s;
-    absl::Status s = runs[comm.rank()].run->Run();
-    return s.ok() ? comm.Barrier() : s;
-  });
+  ThreadRanks pool(
+      ranks,
+      [&](Comm& comm) -> absl::Status {
+        if (absl::Status s = comm.Barrier(); !s.ok()) return s;
+        absl::Status s = runs[comm.rank()].run->Run();
+        return s.ok() ? comm.Barrier() : s;
+      },
+      mesh);
   for (auto& comm : pool.comms()) {  // the collectives' prepare does not talk
-    absl::StatusOr<RankRun> r = Prepare(**kernel, *comm, CountOf(op, bytes, ranks));
-    if (!r.ok()) return state.SkipWithError(std::string(r.status().message()).c_str());
+    absl::StatusOr<RankRun> r = Prepare(kernel, *comm, dims, mesh);
+    if (!r.ok()) {
+      state.SkipWithError(std::string(r.status().message()).c_str());
+      return false;
+    }
     runs[comm->rank()] = *std::move(r);
   }
   for (auto _ : state) {
     pool.Start();
     Comm& me = pool.rank0();
-    if (absl::Status s = me.Barrier(); !s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+    absl::Status s = me.Barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = runs[0].run->Run();
+    if (s.ok()) s = runs[0].run->Run();
     if (s.ok()) s = me.Barrier();
-    if (!s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+    if (!s.ok()) {
+      state.SkipWithError(std::string(s.message()).c_str());
+      return false;
+    }
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  SetBandwidth(state, op, bytes, ranks);
+  return true;
+}
+
+void BM_ThreadsKernel(benchmark::State& state, std::string kernel_name, int ranks, int64_t bytes) {
+  absl::StatusOr<std::shared_ptr<const Kernel>> kernel = TheRegistry().Get(kernel_name);
+  if (!kernel.ok()) return state.SkipWithError(std::string(kernel.status().message()).c_str());
+  const std::string op = (*kernel)->op();
+  if (TimeThreads(state, **kernel, ranks, Dims{{"count", CountOf(op, bytes, ranks)}})) {
+    SetBandwidth(state, op, bytes, ranks);
+  }
+}
+
+// sharded_matmul on a mesh of thread ranks: plain against overlapped.
+void BM_ThreadsShardedMatmul(benchmark::State& state, std::string kernel_name, Mesh mesh, Dims dims) {
+  absl::StatusOr<std::shared_ptr<const Kernel>> kernel = TheRegistry().Get(kernel_name);
+  if (!kernel.ok()) return state.SkipWithError(std::string(kernel.status().message()).c_str());
+  int ranks = 1;
+  for (const auto& [axis, size] : mesh) ranks *= size;
+  if (TimeThreads(state, **kernel, ranks, dims, mesh)) {
+    const double flops = 2.0 * dims[0].second * dims[1].second * dims[2].second;
+    state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::OneK::kIs1000);
+  }
 }
 
 // memcpy of S bytes on one thread: the machine's copy bandwidth.
@@ -216,6 +262,21 @@ void RegisterThreads() {
   for (int64_t bytes : kSizes) {
     benchmark::RegisterBenchmark(absl::StrCat("peer/memcpy/", SizeName(bytes)).c_str(), BM_Memcpy, bytes)
         ->Unit(benchmark::kMicrosecond);
+  }
+  // m, k, n where passing w's shards and multiplying take similar times on
+  // a 2-core machine, and smaller and larger.
+  for (const Mesh& mesh : {Mesh{{"x", 2}, {"y", 2}}, Mesh{{"x", 2}, {"y", 1}}}) {
+    for (int64_t size : {256, 1024}) {
+      for (const char* variant : {"plain", "overlapped"}) {
+        const Dims dims = {{"m", size}, {"k", size}, {"n", size}};
+        benchmark::RegisterBenchmark(absl::StrCat("threads/sharded_matmul/", variant, "/", MeshString(mesh), "/mkn",
+                                                  size)
+                                         .c_str(),
+                                     BM_ThreadsShardedMatmul, absl::StrCat("sharded_matmul/", variant), mesh, dims)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
   }
 }
 
@@ -256,7 +317,7 @@ absl::Status SetUp(Comm& comm, MpiState& st, int index) {
   }
   absl::StatusOr<std::shared_ptr<const Kernel>> kernel = TheRegistry().Get(c.kernel);
   if (!kernel.ok()) return kernel.status();
-  absl::StatusOr<RankRun> r = Prepare(**kernel, comm, count);
+  absl::StatusOr<RankRun> r = Prepare(**kernel, comm, Dims{{"count", count}});
   if (!r.ok()) return r.status();
   st.run = *std::move(r);
   return absl::OkStatus();

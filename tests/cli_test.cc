@@ -246,7 +246,17 @@ INSTANTIATE_TEST_SUITE_P(
                  "--backend 'nccl': expected threads or mpi"},
         BadInput{"zero_ranks", "run allgather/ring --dims count=10 --ranks 0", "--ranks: must be at least 1, got 0"},
         BadInput{"bad_comm_timeout", "run allgather/ring --dims count=10 --ranks 2 --comm-timeout 0",
-                 "--comm-timeout: must be more than 0"}),
+                 "--comm-timeout: must be more than 0"},
+        BadInput{"mesh_missing", "run sharded_matmul/plain --ranks 4 --dims m=8,k=8,n=8",
+                 "sharded_matmul: dimension 'x' is missing (give --mesh, e.g. 2x2)"},
+        BadInput{"mesh_does_not_divide", "run sharded_matmul/plain --mesh 2x2 --dims m=7,k=8,n=8",
+                 "sharded_matmul: m=7 is not divisible by x=2"},
+        BadInput{"mesh_malformed", "run sharded_matmul/plain --mesh 2xx2 --dims m=8,k=8,n=8",
+                 "--mesh: mesh '2xx2': axis size '' is not in [1, 4096]"},
+        BadInput{"mesh_lacks_axis", "run sharded_matmul/plain --mesh x=2,z=2 --dims m=8,k=8,n=8",
+                 "sharded_matmul needs mesh axis 'y' (the mesh is x=2,z=2)"},
+        BadInput{"mesh_and_ranks_disagree", "run sharded_matmul/plain --mesh 2x2 --ranks 3 --dims m=8,k=8,n=8",
+                 "disagrees with the communicator's 4 ranks"}),
     [](const ::testing::TestParamInfo<BadInput>& p) { return std::string(p.param.name); });
 
 // A collective on thread ranks: checked, one line from rank 0, its outputs
@@ -301,6 +311,21 @@ TEST(CliTest, CollectiveFaultsFailClearlyAndInTime) {
     EXPECT_EQ(Lines(r.out), 1) << f.mode << ": " << r.out;
     EXPECT_THAT(r.out, HasSubstr(f.message)) << f.mode;
     EXPECT_LT(seconds, 1 + 1 + 0.5) << f.mode;  // the timeout, a second, and kreg's start
+  }
+}
+
+// The sharded matmul on 2 x 2 and 2 x 4 meshes of thread ranks, plain and
+// overlapped, checked against one matmul of the whole arrays; the mesh's
+// axes and the derived shard dims are in the key.
+TEST(CliTest, ShardedMatmulRunsOnAMesh) {
+  for (const char* kernel : {"sharded_matmul/plain", "sharded_matmul/overlapped"}) {
+    for (const char* mesh : {"2x2", "2x4"}) {
+      Result r = Kreg(std::string("run ") + kernel + " --mesh " + mesh + " --dims m=32,k=64,n=24 --check");
+      ASSERT_EQ(r.code, 0) << r.out;
+      EXPECT_THAT(r.out, HasSubstr("check ok"));
+      EXPECT_THAT(r.out, HasSubstr(std::string(mesh) == "2x2" ? "ranks=4,x=2,y=2,m_shard=16,kx=32,ky=32"
+                                                              : "ranks=8,x=2,y=4,m_shard=16,kx=32,ky=16"));
+    }
   }
 }
 

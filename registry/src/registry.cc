@@ -18,6 +18,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -39,6 +40,18 @@ LoadedPlugin::~LoadedPlugin() {
   if (initialised_ && KREG_HAS_FIELD(table_, kreg_plugin, fini) && table_->fini != nullptr) table_->fini();
   dlclose(handle_);
 }
+
+namespace {
+
+// A kernel's message about itself: "NAME: message", unless the kernel
+// already put its name first.
+std::string About(absl::string_view name, absl::string_view what, const char* msg) {
+  absl::string_view m = msg;
+  if (absl::StartsWith(m, name) && absl::StartsWith(m.substr(name.size()), ": ")) m.remove_prefix(name.size() + 2);
+  return absl::StrCat(name, what, ": ", m);
+}
+
+}  // namespace
 
 absl::Status FromAbi(kreg_status code, absl::string_view message) {
   std::string msg(message.empty() ? "(no message)" : message);
@@ -310,7 +323,7 @@ absl::Status Kernel::CheckConfig(const Config& config, const kreg_args& args) co
   const kreg_status code = desc_->check(abi.get(), &args, &PlainHost(), msg, sizeof msg);
   if (code == KREG_OK) return absl::OkStatus();
   msg[sizeof msg - 1] = '\0';
-  return FromAbi(code, absl::StrCat(name_, " [", ConfigString(config), "]: ", msg));
+  return FromAbi(code, About(name_, absl::StrCat(" [", ConfigString(config), "]"), msg));
 }
 
 absl::StatusOr<std::unique_ptr<PreparedRun>> Kernel::Prepare(const Config& config, const kreg_args& args,
@@ -334,7 +347,7 @@ absl::StatusOr<std::unique_ptr<PreparedRun>> Kernel::Prepare(const Config& confi
     const kreg_status code =
         desc_->workspace_bytes(run->abi_->get(), &args, &run->host_->host, &run->workspace_bytes_, msg, sizeof msg);
     msg[sizeof msg - 1] = '\0';
-    if (code != KREG_OK) return FromAbi(code, absl::StrCat(name_, ": ", msg));
+    if (code != KREG_OK) return FromAbi(code, About(name_, "", msg));
   }
   Workspace* ws = options.workspace ? options.workspace : &run->own_workspace_;
   run->workspace_ = ws->Get(run->workspace_bytes_);
@@ -348,7 +361,7 @@ absl::StatusOr<std::unique_ptr<PreparedRun>> Kernel::Prepare(const Config& confi
     if (code != KREG_OK) {
       if (run->state_ != nullptr && release_ != nullptr) release_(run->state_);
       run->state_ = nullptr;
-      return FromAbi(code, absl::StrCat(name_, ": prepare: ", msg));
+      return FromAbi(code, About(name_, ": prepare", msg));
     }
     run->prepared_ = true;
   }
@@ -380,7 +393,7 @@ absl::Status PreparedRun::Run() {
     run();
   }
   msg[sizeof msg - 1] = '\0';
-  if (code != KREG_OK) return FromAbi(code, absl::StrCat(kernel_->name(), ": ", msg));
+  if (code != KREG_OK) return FromAbi(code, About(kernel_->name(), "", msg));
   return absl::OkStatus();
 }
 
