@@ -2,10 +2,12 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kreg/registry.h"
 
 namespace kreg {
@@ -52,6 +54,26 @@ std::vector<int> AxisGroup(const Mesh& mesh, size_t a, int r) {
   std::vector<int> group;
   for (int j = 0; j < mesh[a].second; ++j) group.push_back(base + j * stride);
   return group;
+}
+
+std::chrono::steady_clock::time_point WaitDeadline(const CommOptions& options) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(std::max(0.0, options.timeout_seconds)));
+}
+
+kreg_status StopWaiting(const CommOptions& options, int rank, std::chrono::steady_clock::time_point deadline,
+                        absl::string_view awaiting, std::string* why) {
+  if (options.cancel_flag != nullptr && options.cancel_flag->load(std::memory_order_relaxed) != 0) {
+    *why = absl::StrCat("rank ", rank, ": cancelled ", awaiting);
+    return KREG_CANCELLED;
+  }
+  if (std::chrono::steady_clock::now() >= deadline) {
+    *why = absl::StrFormat("rank %d: nothing came within the %gs communication timeout, %s", rank,
+                           options.timeout_seconds, awaiting);
+    return KREG_UNAVAILABLE;
+  }
+  return KREG_OK;
 }
 
 bool MeshFits(const Mesh& mesh, int n) {

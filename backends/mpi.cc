@@ -242,16 +242,7 @@ class MpiComm final : public Comm {
       *why = absl::StrCat(*why, "; rank ", rank(), " gave up ", awaiting);
       return KREG_UNAVAILABLE;
     }
-    if (options_.cancel_flag != nullptr && options_.cancel_flag->load(std::memory_order_relaxed) != 0) {
-      *why = absl::StrCat("rank ", rank(), ": cancelled ", awaiting);
-      return KREG_CANCELLED;
-    }
-    if (Clock::now() >= deadline) {
-      *why = absl::StrFormat("rank %d: nothing came within the %gs communication timeout, %s", rank(),
-                             options_.timeout_seconds, awaiting);
-      return KREG_UNAVAILABLE;
-    }
-    return KREG_OK;
+    return StopWaiting(options_, rank(), deadline, awaiting, why);
   }
 
   // Polls until `poll` says done: for kSpin in a tight loop (a small
@@ -262,9 +253,7 @@ class MpiComm final : public Comm {
   template <typename PollFn, typename Awaiting>
   kreg_status Await(PollFn&& poll, Awaiting&& awaiting, MPI_Request* cancel, char* msg, size_t cap) {
     const Clock::time_point start = Clock::now();
-    const Clock::time_point deadline =
-        start + std::chrono::duration_cast<Clock::duration>(
-                    std::chrono::duration<double>(std::max(0.0, options_.timeout_seconds)));
+    const Clock::time_point deadline = WaitDeadline(options_);
     std::chrono::microseconds nap(0);
     bool napping = false;
     for (int turn = 0;; ++turn) {

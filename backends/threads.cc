@@ -79,10 +79,7 @@ class World {
   void Copy(Request* r, Request* m, std::unique_lock<std::mutex>& lock);
   // Finishes r (done) and returns its status; mu_ held.
   static kreg_status Finish(Request* r, char* msg, size_t cap);
-  Clock::time_point Deadline() const {
-    return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                              std::chrono::duration<double>(std::max(0.0, options_.timeout_seconds)));
-  }
+  Clock::time_point Deadline() const { return WaitDeadline(options_); }
 
   const int n_;
   const CommOptions options_;
@@ -144,16 +141,7 @@ kreg_status World::Stop(int rank, Clock::time_point deadline, absl::string_view 
                                                " gave up ", awaiting);
     return KREG_UNAVAILABLE;
   }
-  if (options_.cancel_flag != nullptr && options_.cancel_flag->load(std::memory_order_relaxed) != 0) {
-    *why = absl::StrCat("rank ", rank, ": cancelled ", awaiting);
-    return KREG_CANCELLED;
-  }
-  if (Clock::now() >= deadline) {
-    *why = absl::StrFormat("rank %d: nothing came within the %gs communication timeout, %s", rank,
-                           options_.timeout_seconds, awaiting);
-    return KREG_UNAVAILABLE;
-  }
-  return KREG_OK;
+  return StopWaiting(options_, rank, deadline, awaiting, why);
 }
 
 kreg_status World::Finish(Request* r, char* msg, size_t cap) {

@@ -30,6 +30,7 @@
 #define KREG_BACKENDS_COMM_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -79,6 +80,14 @@ class Comm {
   kreg_comm abi_{};
   std::vector<std::pair<std::string, std::unique_ptr<Comm>>> axes_;
 };
+
+// For backends: when a wait that began with `deadline` (WaitDeadline) must
+// stop for the cancel flag (KREG_CANCELLED) or the timeout
+// (KREG_UNAVAILABLE), with *why naming the rank and what it `awaited`;
+// KREG_OK to go on.
+std::chrono::steady_clock::time_point WaitDeadline(const CommOptions& options);
+kreg_status StopWaiting(const CommOptions& options, int rank, std::chrono::steady_clock::time_point deadline,
+                        absl::string_view awaiting, std::string* why);
 
 // The ranks of `mesh` along axis `a` that share rank r's other
 // coordinates, in their order on that axis (row-major numbering).
