@@ -29,11 +29,13 @@ echo "== the table shipped for this machine"
 $kreg query topk --db tuning_db/tables/amd-epyc-avx2-2c.txtpb --dims batch=100,n=150000,k=64
 echo "== a run dispatched by the table, checked"
 $kreg run topk --db "$db" --dims batch=48,n=40000,k=64 --check
-echo "== a collective: all-reduce on 4 thread ranks, tuned, queried, dispatched"
+echo "== a collective: all-reduce on 4 thread ranks, tuned, calibrated, queried, dispatched"
 $kreg run allreduce/ring --ranks 4 --dims count=1000000 --check
 $kreg tune allreduce --ranks 4 --db "$db" --strategy exhaustive \
   --dims count=256 --dims count=65536 --dims count=4194304
+$kreg calibrate --db "$db"   # the backend's alpha-beta-gamma costs: untuned shapes answer by the model
 $kreg query allreduce --ranks 4 --db "$db" --dims count=256 --dims count=1000000
+$kreg query allgather --ranks 4 --db "$db" --dims count=100 --dims count=1000000   # nothing tuned: the model
 $kreg run allreduce --ranks 4 --db "$db" --dims count=1000000 --check
 if [ -f build/release/lib/kreg/backends/kreg_mpi.so ]; then
   echo "== the same all-reduce as 3 MPI processes (the table's key differs: backend=mpi)"

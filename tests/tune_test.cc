@@ -118,6 +118,36 @@ TEST(TuneTest, CollectivesAreTunedOnThreadRanksAndTheirFaultsRecorded) {
   EXPECT_NE(table->proto().entries(0).best().status(), tuning::Trial::CRASHED);
 }
 
+// kreg calibrate records the threads backend's α-β-γ costs; queries for
+// collectives nothing was tuned for then answer by the model (never the ring
+// for fewer elements than ranks; the ring for large vectors), a measured
+// entry still comes first, and another backend without a model gets the
+// default.
+TEST(TuneTest, ACalibratedCostModelAnswersUntunedCollectives) {
+  const std::string db = Db("calibrated");
+  Result r = Kreg("calibrate --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("threads on 2 ranks: alpha"));
+  r = Kreg("query allreduce --ranks 4 --db " + db + " --dims count=3 --dims count=10000000 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<Json> answers;
+  for (absl::string_view line : absl::StrSplit(r.stdout_text, '\n', absl::SkipEmpty())) {
+    answers.push_back(Json::parse(line));
+  }
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_EQ(answers[0]["match"], "model");
+  EXPECT_NE(answers[0]["kernel"], "allreduce/ring");
+  EXPECT_EQ(answers[1]["match"], "model");
+  EXPECT_EQ(answers[1]["kernel"], "allreduce/ring");
+  r = Kreg("tune allreduce --ranks 4 --dims count=3 --variants direct --strategy exhaustive --reps 3 --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = Kreg("query allreduce --ranks 4 --db " + db + " --dims count=3");
+  EXPECT_THAT(r.out, HasSubstr("-> allreduce/direct outstanding="));
+  EXPECT_THAT(r.out, HasSubstr("[exact from count=3,ranks=4"));
+  r = Kreg("query allreduce --ranks 4 --backend mpi --db " + db + " --dims count=3");
+  EXPECT_THAT(r.out, HasSubstr("[default]"));
+}
+
 TEST(TuneTest, AKernelCheckThatCrashesOrHangsCostsOnlyItsOwnConfigurations) {
   // Legality checks run in the worker: a check that crashes (or hangs) is
   // reported, the sweep goes on, and the kernel's other configurations are

@@ -149,6 +149,7 @@ absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpe
 absl::Status List(const Flags& flags);
 absl::Status Run(const Flags& flags);
 absl::Status Tune(const Flags& flags);
+absl::Status Calibrate(const Flags& flags);
 absl::Status Query(const Flags& flags);
 absl::StatusOr<int> Db(const Flags& flags);
 

@@ -22,9 +22,13 @@
 // f32 2e-7 / 1e-6, bf16 2e-7 / 1/128 (one bf16 ulp); max, i32 and allgather
 // are exact.
 //
-// Untuned, an op picks by size (DefaultVariant): fewer elements than ranks
-// never take the ring (as Open MPI's guard); up to kSmallBytes per rank take
-// doubling (log p latencies); larger ones the ring (bandwidth-optimal).
+// Untuned, an op picks (DefaultVariant) by the backend's calibrated α-β-γ
+// costs when the table has them (kreg calibrate), else by size: up to
+// kSmallBytes per rank doubling (log p latencies), larger the ring
+// (bandwidth-optimal); fewer elements than ranks never take the ring (as
+// Open MPI's guard).
+#include <algorithm>
+#include <cmath>
 #include <string_view>
 
 #include "common.h"
@@ -39,13 +43,52 @@ constexpr bool Named(const char* got, std::string_view want) { return std::strin
 const char* const kDefaultVariants[] = {"ring"};
 constexpr int64_t kSmallBytes = 64 << 10;
 
-const char* DefaultVariant(const kreg_args* args, const kreg_host*) {
-  const int64_t count = args->dims[kCount], ranks = args->dims[kRanks];
-  const int64_t bytes = count * (args->tensors[kX]->dtype.bits / 8);
-  if (count < ranks) return "direct";
-  return bytes <= kSmallBytes ? "doubling" : "ring";
+// The α-β-γ costs (Thakur, Rabenseifner and Gropp 2005) of each variant at
+// its default configuration, for p ranks and n bytes (allreduce's vector,
+// allgather's output, reduce_scatter's input), lg = ceil(log2 p), f = (p -
+// 1) / p. Doubling pays a fold (2 messages of n) where p is not a power of
+// two, and allgather's Bruck a final local copy of n; direct sends the
+// ring's messages at once, its bandwidth term 1.5x for every rank sending
+// to every other.
+struct Costs {
+  double ring, doubling, direct;
+};
+Costs ModelCosts(std::string_view op, const kreg_comm_model& m, double p, double n) {
+  const double lg = std::ceil(std::log2(p)), f = (p - 1) / p;
+  const double a = m.alpha, b = m.beta, g = m.gamma;
+  const double fold = std::exp2(lg) == p ? 0 : 2 * a + n * (b + g);
+  if (op == "allgather") {
+    return {(p - 1) * a + f * n * b, lg * a + f * n * b + n * b, (p - 1) * a + 1.5 * f * n * b};
+  }
+  if (op == "reduce_scatter") {
+    return {(p - 1) * a + f * n * (b + g), lg * a + f * n * (b + g) + fold, (p - 1) * a + 1.5 * f * n * (b + g)};
+  }
+  // allreduce: ring = reduce-scatter then allgather; doubling (split=whole)
+  // = lg exchanges of the whole vector; direct = everyone gets everything.
+  return {2 * (p - 1) * a + 2 * f * n * b + f * n * g, lg * (a + n * (b + g)) + fold, (p - 1) * (a + n * (b + g))};
 }
 
+// The untuned choice: with a calibrated model (kreg calibrate), the
+// cheapest algorithm by it; without, by size. Either way fewer elements
+// than ranks never take the ring (Open MPI's guard).
+const char* DefaultVariant(const kreg_args* args, const kreg_host* host) {
+  const int64_t count = args->dims[kCount], ranks = args->dims[kRanks];
+  const int64_t elem = args->tensors[kX]->dtype.bits / 8;
+  const bool ring_ok = count >= ranks;
+  const kreg_comm_model* model =
+      host != nullptr && KREG_HAS_FIELD(host, kreg_host, comm_model) ? host->comm_model : nullptr;
+  if (model == nullptr) {
+    if (!ring_ok) return "direct";
+    return count * elem <= kSmallBytes ? "doubling" : "ring";
+  }
+  const int64_t rows = args->tensors[kOut]->ndim == 2 ? ranks : 1;  // allgather's out is [ranks, count]
+  const int64_t in_rows = args->tensors[kX]->ndim == 2 ? ranks : 1;  // reduce_scatter's x
+  const double n = static_cast<double>(count * elem * std::max(rows, in_rows));
+  const std::string_view op = rows > 1 ? "allgather" : in_rows > 1 ? "reduce_scatter" : "allreduce";
+  const Costs c = ModelCosts(op, *model, static_cast<double>(ranks), n);
+  if (ring_ok && c.ring <= c.doubling && c.ring <= c.direct) return "ring";
+  return c.doubling <= c.direct ? "doubling" : "direct";
+}
 constexpr uint32_t kDtypes = KREG_DTYPE_F32 | KREG_DTYPE_BF16 | KREG_DTYPE_I32;
 
 constexpr kreg_dim_desc kCountDim = {

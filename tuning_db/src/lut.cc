@@ -17,9 +17,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -245,6 +247,8 @@ struct Lut::Impl {
   size_t usable = 0;
   // What the op's default_variant sees: this CPU, the host's threads.
   kreg_host host{};
+  // Calibrated communicator costs, by machine id and backend.
+  std::map<std::pair<std::string, std::string>, kreg_comm_model> comm_models;
 
   // The op called `name`, looked up without a call; nullptr if unknown.
   const OpEntry* FindOp(absl::string_view name) const {
@@ -427,6 +431,8 @@ absl::string_view MatchName(Match match) {
       return "nearest";
     case Match::kDefault:
       return "default";
+    case Match::kModel:
+      return "model";
   }
   return "?";
 }
@@ -436,6 +442,10 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry) {
   impl->host.struct_size = sizeof(kreg_host);
   impl->host.num_threads = 0;
   impl->host.isa = CpuIsa();
+  for (const tuning::CommModel& m : db.proto().comm_models()) {
+    impl->comm_models[{m.machine_id(), m.backend()}] =
+        kreg_comm_model{sizeof(kreg_comm_model), m.alpha_s(), m.beta_s_per_byte(), m.gamma_s_per_byte()};
+  }
   absl::flat_hash_map<std::string, uint32_t> interned;
   auto intern = [&](absl::string_view s) {
     auto [it, added] = interned.try_emplace(s, impl->strings.size());
@@ -761,7 +771,14 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_vie
     return absl::NotFoundError(absl::StrCat("no available kernel of op '", op_name, "' is registered"));
   }
   size_t chosen = defaults.size();
-  if (const std::string variant = op->DefaultVariant(*shape.args(), impl.host); !variant.empty()) {
+  // A collective's backend (its data class, "backend=NAME") calibrated on
+  // this machine: the op chooses by its costs.
+  kreg_host host = impl.host;
+  if (op->collective() && absl::StartsWith(data_class, "backend=")) {
+    auto model = impl.comm_models.find({std::string(machine_id), std::string(data_class.substr(8))});
+    if (model != impl.comm_models.end()) host.comm_model = &model->second;
+  }
+  if (const std::string variant = op->DefaultVariant(*shape.args(), host); !variant.empty()) {
     for (size_t i = 0; i < defaults.size() && chosen == defaults.size(); ++i) {
       if (defaults[i].first->variant() == variant) chosen = i;
     }
@@ -776,7 +793,7 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_vie
     if (s.ok()) {
       answer.kernel = kernel;
       answer.config = &config;
-      answer.match = Match::kDefault;
+      answer.match = n == 0 && host.comm_model != nullptr ? Match::kModel : Match::kDefault;
       return answer;
     }
     absl::StrAppend(&refusals, refusals.empty() ? "" : "; ", kernel->name(), ": ", s.message());

@@ -394,6 +394,7 @@ absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database database) {
   }
   TuningDb out;
   for (tuning::Machine& m : *database.mutable_machines()) out.AddMachine(std::move(m));
+  for (const tuning::CommModel& m : database.comm_models()) out.SetCommModel(m);
   for (tuning::Entry& e : *database.mutable_entries()) {
     const int index = out.FindOrAddEntry(e.key());
     tuning::Entry* entry = out.db_.mutable_entries(index);
@@ -645,8 +646,26 @@ int TuningDb::DropStale(const Registry& registry) {
 
 // ---- Combining ---------------------------------------------------------------------
 
+void TuningDb::SetCommModel(const tuning::CommModel& model) {
+  for (tuning::CommModel& m : *db_.mutable_comm_models()) {
+    if (m.machine_id() == model.machine_id() && m.backend() == model.backend()) {
+      if (model.measured_at() >= m.measured_at()) m = model;
+      return;
+    }
+  }
+  *db_.add_comm_models() = model;
+}
+
+const tuning::CommModel* TuningDb::FindCommModel(absl::string_view machine_id, absl::string_view backend) const {
+  for (const tuning::CommModel& m : db_.comm_models()) {
+    if (m.machine_id() == machine_id && m.backend() == backend) return &m;
+  }
+  return nullptr;
+}
+
 void TuningDb::MergeFrom(const TuningDb& other) {
   for (const tuning::Machine& m : other.db_.machines()) AddMachine(m);
+  for (const tuning::CommModel& m : other.db_.comm_models()) SetCommModel(m);
   for (const tuning::Entry& theirs : other.db_.entries()) {
     const int index = FindOrAddEntry(theirs.key());
     tuning::Entry* mine = db_.mutable_entries(index);

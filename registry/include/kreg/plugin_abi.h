@@ -435,6 +435,16 @@ typedef struct kreg_comm {
 } kreg_comm;
 #define KREG_COMM_MIN_SIZE (offsetof(kreg_comm, barrier) + sizeof(void*))
 
+/* The α-β-γ costs of a communicator backend (Thakur, Rabenseifner and Gropp
+ * 2005), as `kreg calibrate` measured them: a message costs alpha + bytes *
+ * beta seconds, reducing costs gamma seconds per byte. */
+typedef struct kreg_comm_model {
+  size_t struct_size;
+  double alpha; /* seconds per message */
+  double beta;  /* seconds per byte sent */
+  double gamma; /* seconds per byte reduced */
+} kreg_comm_model;
+
 /* What only the host owns. Any function pointer may be NULL. */
 typedef struct kreg_host {
   size_t struct_size;
@@ -452,6 +462,9 @@ typedef struct kreg_host {
                           size_t msg_cap);
   const kreg_comm* comm;            /* this rank's; NULL outside collectives */
   const struct kreg_device* device; /* NULL on the CPU */
+  /* A collective's backend costs, when calibrated: an op's default_variant
+   * may choose by them. NULL otherwise. */
+  const kreg_comm_model* comm_model;
 } kreg_host;
 #define KREG_HOST_MIN_SIZE (offsetof(kreg_host, isa) + sizeof(uint32_t))
 

@@ -151,6 +151,10 @@ class TuningDb {
   // ---- Recording
   // Adds or replaces (by id) a machine; an empty id is filled in.
   void AddMachine(tuning::Machine machine);
+  // Adds or replaces (by machine and backend) a communicator's cost model.
+  void SetCommModel(const tuning::CommModel& model);
+  // The model of `backend` on `machine_id`, or nullptr.
+  const tuning::CommModel* FindCommModel(absl::string_view machine_id, absl::string_view backend) const;
   // Records a measurement under `key`, replacing the trial with the same
   // (variant, variant_version, config) if any, and updates best/runner_up.
   void AddTrial(const tuning::ProblemKey& key, const tuning::Trial& trial);
@@ -224,8 +228,9 @@ enum class Match {
   kExact,    // a tuned entry for exactly this problem
   kNearest,  // the nearest tuned problem whose winner is legal for this one
   kDefault,  // nothing usable was tuned: a default variant, default config
+  kModel,    // nothing tuned; a collective's choice by the backend's calibrated cost model
 };
-absl::string_view MatchName(Match match);  // "exact", "nearest", "default"
+absl::string_view MatchName(Match match);  // "exact", "nearest", "default", "model"
 
 struct LutAnswer {
   // The kernel to run ("op/variant" is kernel->name()) and its configuration.
