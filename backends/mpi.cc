@@ -29,7 +29,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kHostTagBase = 16384;  // kernel tags are below it
 constexpr int kFailureTag = 32000;   // a failing rank's reason
-constexpr auto kSpin = std::chrono::microseconds(50);  // polling before naps
+// Polling (yielding the core between polls) before naps: long enough that
+// a message of megabytes, whose fragments need this rank's progress, moves
+// at full speed; ranks sharing a core still get it.
+constexpr auto kSpin = std::chrono::milliseconds(2);
 
 struct MpiRequest {
   MPI_Request request = MPI_REQUEST_NULL;
@@ -245,9 +248,10 @@ class MpiComm final : public Comm {
     return StopWaiting(options_, rank(), deadline, awaiting, why);
   }
 
-  // Polls until `poll` says done: for kSpin in a tight loop (a small
-  // message's latency), then with naps growing to 1 ms. Failure notices,
-  // the cancel flag and the deadline are looked at every 64 turns.
+  // Polls until `poll` says done: 64 times in a tight loop (a small
+  // message's latency), then yielding between polls for kSpin, then with
+  // naps growing to 1 ms. Failure notices, the cancel flag and the deadline
+  // are looked at every 64 turns.
   // `awaiting()` describes the wait, for the message. Giving up cancels
   // and frees *cancel (a point-to-point request) unless it is NULL.
   template <typename PollFn, typename Awaiting>
@@ -260,6 +264,7 @@ class MpiComm final : public Comm {
       bool done = false;
       const kreg_status s = poll(&done);
       if (done) return s;
+      if (turn >= 64 && !napping) std::this_thread::yield();
       if (turn % 64 != 63 && !napping) continue;
       std::string why;
       if (const kreg_status stop = Stop(deadline, awaiting(), &why); stop != KREG_OK) {

@@ -11,6 +11,7 @@
 // allreduce       x goes to every rank; each reduces all p in rank order
 //                 0..p-1, the same operations on every rank, so the same
 //                 bits.
+#include <algorithm>
 #include <cstring>
 
 #include "common.h"
@@ -41,12 +42,15 @@ kreg_status Check(const kreg_config* config, const kreg_args*, const kreg_host*,
 }
 
 // The rounds, messages of `bytes`: send_to(q) is what goes to rank q,
-// recv_from(q) where rank q's lands. Waits for everything.
-template <typename SendTo, typename RecvFrom>
-kreg_status Exchange(const Call& c, int window, size_t bytes, SendTo send_to, RecvFrom recv_from, char* msg,
-                     size_t cap) {
+// recv_from(q) where rank q's lands. `local` (the rank's own part, copied)
+// runs once the first window is posted, while those messages travel. Waits
+// for everything.
+template <typename SendTo, typename RecvFrom, typename Local>
+kreg_status Exchange(const Call& c, int window, size_t bytes, SendTo send_to, RecvFrom recv_from, Local local,
+                     char* msg, size_t cap) {
   void* slots[2 * kMaxOutstanding];
   Link link(c, slots, 2 * window, msg, cap);
+  bool local_done = false;
   for (int i = 1; i < c.p; ++i) {
     const int k = (i - 1) % window;
     const int to = Mod(c.rank + i, c.p), from = Mod(c.rank - i, c.p);
@@ -54,7 +58,12 @@ kreg_status Exchange(const Call& c, int window, size_t bytes, SendTo send_to, Re
         !link.Send(k, to, kTag, send_to(to), bytes)) {
       break;
     }
+    if (i == std::min(window, c.p - 1)) {
+      local();
+      local_done = true;
+    }
   }
+  if (!local_done) local();
   return link.Finish();
 }
 
@@ -94,9 +103,9 @@ kreg_status ReduceRun(const kreg_config* config, const kreg_args* args, void*, v
   if (c.count == 0) return KREG_OK;
   const size_t bytes = c.Bytes(c.count);
   auto mine_for = [&](int q) { return kOp == Op::kReduceScatter ? c.XRow(q) : c.x; };
-  std::memcpy(At(s.slots, c.rank, bytes), mine_for(c.rank), bytes);
   if (kreg_status st = Exchange(
-          c, static_cast<int>(window), bytes, mine_for, [&](int q) { return At(s.slots, q, bytes); }, msg, cap);
+          c, static_cast<int>(window), bytes, mine_for, [&](int q) { return At(s.slots, q, bytes); },
+          [&] { std::memcpy(At(s.slots, c.rank, bytes), mine_for(c.rank), bytes); }, msg, cap);
       st != KREG_OK) {
     return st;
   }
@@ -117,10 +126,9 @@ kreg_status AllgatherRun(const kreg_config* config, const kreg_args* args, void*
     return st;
   }
   if (c.count == 0) return KREG_OK;
-  std::memcpy(c.OutRow(c.rank), c.x, c.Bytes(c.count));
   return Exchange(
-      c, static_cast<int>(window), c.Bytes(c.count), [&](int) { return c.x; }, [&](int q) { return c.OutRow(q); }, msg,
-      cap);
+      c, static_cast<int>(window), c.Bytes(c.count), [&](int) { return c.x; }, [&](int q) { return c.OutRow(q); },
+      [&] { std::memcpy(c.OutRow(c.rank), c.x, c.Bytes(c.count)); }, msg, cap);
 }
 
 }  // namespace
