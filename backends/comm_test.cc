@@ -63,7 +63,8 @@ TEST(ThreadCommTest, MessagesMatchBySourceAndTagInPostingOrder) {
                 int at = 0;
                 for (int tag : {3, 7}) {
                   for (int i = 0; i < 2; ++i, ++at) {
-                    if (absl::Status s = Post(c, false, 0, tag, &got[at], sizeof(int), &requests[at]); !s.ok()) return s;
+                    absl::Status s = Post(c, false, 0, tag, &got[at], sizeof(int), &requests[at]);
+                    if (!s.ok()) return s;
                   }
                 }
                 for (void* r : requests) {

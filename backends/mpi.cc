@@ -158,7 +158,8 @@ class MpiComm final : public Comm {
     *request = nullptr;
     if (peer < 0 || peer >= self->size()) {
       return Fail(msg, cap, KREG_INVALID_ARGUMENT,
-                  absl::StrFormat("%s: peer %d is not a rank of this communicator (size %d)", what, peer, self->size()));
+                  absl::StrFormat("%s: peer %d is not a rank of this communicator (size %d)", what, peer,
+                                  self->size()));
     }
     if (tag >= kHostTagBase || tag < -(kFailureTag - kHostTagBase - 1)) {
       return Fail(msg, cap, KREG_INVALID_ARGUMENT,
@@ -283,7 +284,9 @@ class MpiComm final : public Comm {
   }
 
   static kreg_status TestAbi(void* ctx, void* request, int* done, char* msg, size_t cap) {
-    if (request == nullptr || done == nullptr) return Fail(msg, cap, KREG_INVALID_ARGUMENT, "test: request or done is NULL");
+    if (request == nullptr || done == nullptr) {
+      return Fail(msg, cap, KREG_INVALID_ARGUMENT, "test: request or done is NULL");
+    }
     MpiComm* self = Self(ctx);
     auto* r = static_cast<MpiRequest*>(request);
     bool finished = false;
@@ -328,7 +331,8 @@ class MpiComm final : public Comm {
           *done = flag != 0;
           return KREG_OK;
         },
-        [] { return std::string("in a barrier"); }, nullptr, msg, cap);  // a collective request cannot be cancelled: left to MPI_Finalize
+        // A collective request cannot be cancelled: one given up on is left to MPI_Finalize.
+        [] { return std::string("in a barrier"); }, nullptr, msg, cap);
   }
 
   const CommOptions options_;

@@ -317,8 +317,8 @@ std::vector<std::unique_ptr<Comm>> ThreadComms(int n, const CommOptions& options
         if (group[0] != r) continue;  // made by the group's first rank
         auto axis_world = std::make_shared<World>(static_cast<int>(group.size()), options);
         for (size_t j = 0; j < group.size(); ++j) {
-          comms[group[j]]->AddAxis(options.mesh[a].first, std::make_unique<ThreadComm>(
-                                                              axis_world, static_cast<int>(j), static_cast<int>(group.size())));
+          auto member = std::make_unique<ThreadComm>(axis_world, static_cast<int>(j), static_cast<int>(group.size()));
+          comms[group[j]]->AddAxis(options.mesh[a].first, std::move(member));
         }
       }
     }

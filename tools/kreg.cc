@@ -324,7 +324,9 @@ absl::Status Run(const Flags& flags) {
                                ? flags.ranks
                                : static_cast<int>(spec->values.dims[op.ranks_dim()]);
   if (flags.backend == "mpi") {
-    if (!op.collective()) return absl::InvalidArgumentError(absl::StrCat("--backend mpi: ", op.name(), " is not a collective op"));
+    if (!op.collective()) {
+      return absl::InvalidArgumentError(absl::StrCat("--backend mpi: ", op.name(), " is not a collective op"));
+    }
     absl::StatusOr<std::unique_ptr<Comm>> comm = LoadMpiComm(comm_options);
     if (!comm.ok()) return comm.status();
     if (flags.ranks > 0 && flags.ranks != (*comm)->size()) {
@@ -348,18 +350,23 @@ absl::Status Run(const Flags& flags) {
     // different algorithms and deadlock.
     if (from_table) {
       std::string choice_text;  // rank 0's choice: "kernel\nNAME=VALUE\n..."
-
       if (comms[0]->rank() == 0) {
         ShapeArgs shape;
-        if (absl::Status s = ShapeArgsOf(*spec, &shape); !s.ok()) return s;
-        absl::StatusOr<TableChoice> choice = ChooseFromTable(flags, *spec, **registry, *shape.args());
-        if (!choice.ok()) return choice.status();
+        absl::Status shaped = ShapeArgsOf(*spec, &shape);
+        absl::StatusOr<TableChoice> choice = shaped.ok() ? ChooseFromTable(flags, *spec, **registry, *shape.args())
+                                                         : absl::StatusOr<TableChoice>(shaped);
+        if (!choice.ok()) {
+          comms[0]->Abort(choice.status().message());  // the other ranks wait for the choice
+          return choice.status();
+        }
         kernel = choice->kernel;
         config = choice->config;
         how = choice->how;
         chosen_by = std::move(choice->answer);
         choice_text = kernel->name();
-        for (const auto& [param, value] : kernel->ConfigPairs(config)) absl::StrAppend(&choice_text, "\n", param, "=", value);
+        for (const auto& [param, value] : kernel->ConfigPairs(config)) {
+          absl::StrAppend(&choice_text, "\n", param, "=", value);
+        }
       }
       if (comms.size() == 1 && comms[0]->size() > 1) {  // an MPI job: rank 0 tells the others
         if (absl::Status s = comms[0]->Broadcast(&choice_text); !s.ok()) return s;

@@ -130,7 +130,8 @@ absl::Status Tune(const Flags& flags) {
   base.timeout_seconds = flags.timeout;
   base.db_path = flags.db;
   if (flags.backend != "threads") {
-    return absl::UnimplementedError("kreg tune: collectives are tuned on thread ranks only, for now (--backend threads)");
+    return absl::UnimplementedError(
+        "kreg tune: collectives are tuned on thread ranks only, for now (--backend threads)");
   }
   base.ranks = flags.ranks;
   base.comm_timeout = flags.comm_timeout;
