@@ -69,8 +69,14 @@ class MpiComm final : public Comm {
         return absl::UnavailableError("mpi: MPI_Init_thread failed");
       }
     }
-    auto comm = std::unique_ptr<MpiComm>(new MpiComm(options, !initialized));
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm->world_);
+    return Over(MPI_COMM_WORLD, options, !initialized);
+  }
+
+  // A communicator of its own over the ranks of `base` (collective), with
+  // its mesh axes.
+  static std::unique_ptr<Comm> Over(MPI_Comm base, const CommOptions& options, bool owns_mpi) {
+    auto comm = std::unique_ptr<MpiComm>(new MpiComm(options, owns_mpi));
+    MPI_Comm_dup(base, &comm->world_);
     MPI_Comm_set_errhandler(comm->world_, MPI_ERRORS_RETURN);
     int rank = 0, size = 1;
     MPI_Comm_rank(comm->world_, &rank);
@@ -101,6 +107,7 @@ class MpiComm final : public Comm {
   }
 
   absl::string_view backend() const override { return "mpi"; }
+  absl::StatusOr<std::unique_ptr<Comm>> Fresh() override { return Over(world_, options_, false); }
 
   // Tells every other rank why this one failed (their waits then fail at
   // once, axes' too); the notices are small, so they go out eagerly.

@@ -8,11 +8,13 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "kreg/autotune.h"
+#include "kreg/comm.h"
 #include "kreg/lut.h"
 #include "kreg/text.h"
 #include "kreg/tuner.h"
@@ -129,12 +131,23 @@ absl::Status Tune(const Flags& flags) {
   base.threads = flags.threads;
   base.timeout_seconds = flags.timeout;
   base.db_path = flags.db;
-  if (flags.backend != "threads") {
-    return absl::UnimplementedError(
-        "kreg tune: collectives are tuned on thread ranks only, for now (--backend threads)");
-  }
   base.ranks = flags.ranks;
   base.comm_timeout = flags.comm_timeout;
+  // Under mpirun (--backend mpi) every rank sweeps together in its own
+  // process; rank 0 keeps the table and reports.
+  std::unique_ptr<Comm> mpi;
+  if (flags.backend == "mpi") {
+    CommOptions comm_options;
+    comm_options.timeout_seconds = flags.comm_timeout;
+    absl::StatusOr<std::unique_ptr<Comm>> comm = LoadMpiComm(comm_options);
+    if (!comm.ok()) return comm.status();
+    mpi = *std::move(comm);
+    base.comm = mpi.get();
+    if (mpi->rank() != 0) base.db_path.clear();
+  } else if (flags.backend != "threads") {
+    return absl::InvalidArgumentError(absl::StrCat("--backend '", flags.backend, "': expected threads or mpi"));
+  }
+  const bool reports = mpi == nullptr || mpi->rank() == 0;
 
   // Every problem's dims are read before the first sweep starts, so a typo
   // in the last --dims does not wait for the others.
@@ -151,6 +164,18 @@ absl::Status Tune(const Flags& flags) {
   absl::StatusOr<TuningDb> db = TuningDb::Load(flags.db);
   if (db.status().code() == absl::StatusCode::kNotFound) db = TuningDb();  // a new table
   if (db.status().code() == absl::StatusCode::kDataLoss) return absl::InvalidArgumentError(db.status().message());
+  if (mpi != nullptr) {
+    // Every rank starts from rank 0's table, so all skip the same
+    // candidates (measured, or in flight when an earlier job died).
+    std::string bytes;
+    if (mpi->rank() == 0) {
+      if (!db.ok()) mpi->Abort(db.status().message());
+      if (!db.ok()) return db.status();
+      bytes = db->proto().SerializeAsString();
+    }
+    if (absl::Status s = mpi->Broadcast(&bytes); !s.ok()) return s;
+    if (mpi->rank() != 0) db = TuningDb::Parse(bytes, "rank 0's table");
+  }
   if (!db.ok()) return db.status();
   db->AddMachine(ThisMachine());
 
@@ -166,10 +191,12 @@ absl::Status Tune(const Flags& flags) {
     TuneRequest request = base;
     request.values = std::move(values);
     ProgressPrinter printer(flags);
-    absl::StatusOr<TuneResult> result = kreg::Tune(**registry, request, &*db, &printer, &interrupted);
+    absl::StatusOr<TuneResult> result =
+        kreg::Tune(**registry, request, &*db, reports ? &printer : nullptr, &interrupted);
     printer.Done();
     if (interrupted || (result.ok() && result->stopped)) return absl::CancelledError(interrupted_message);
     if (!result.ok()) return result.status();
+    if (!reports) continue;
     const TuneResult& r = *result;
     if (flags.json) {
       std::cout << Dump(TuneResultJson(r, StrategyName(*strategy))) << std::endl;

@@ -5,10 +5,12 @@
 #include <ctime>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kreg/comm.h"
+#include "kreg/measure.h"
 #include "kreg/npy.h"
 #include "kreg/worker.h"
 
@@ -61,11 +63,73 @@ struct Candidate {
   Config config;
 };
 
+// Measures in this process, on this rank of an MPI job: every rank runs the
+// same candidates in the same order (their results are shared, so the
+// search takes the same path everywhere).
+class RankRunner : public CandidateRunner {
+ public:
+  RankRunner(const Registry& registry, const TuneRequest& request, std::vector<Problem*> problems)
+      : registry_(registry), request_(request), problems_(std::move(problems)) {}
+
+  Measurement Measure(const std::string& name, const Params& params, int reps) override {
+    Measurement m;
+    absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry_.Get(name);
+    if (!kernel.ok()) {
+      m.error = std::string(kernel.status().message());
+      return m;
+    }
+    absl::StatusOr<Config> config = (*kernel)->ParseConfig(params);
+    if (!config.ok()) {
+      m.status = TrialStatus::kIllegal;
+      m.error = std::string(config.status().message());
+      return m;
+    }
+    // A communicator of its own per candidate: a failed one leaves its
+    // messages and failure notices behind in the old.
+    absl::StatusOr<std::unique_ptr<Comm>> comm = request_.comm->Fresh();
+    if (!comm.ok()) {
+      m.error = std::string(comm.status().message());
+      return m;
+    }
+    MeasureOptions options;
+    options.warmup = request_.warmup;
+    options.reps = reps;
+    options.max_seconds = request_.max_seconds_per_candidate;
+    options.run.num_threads = request_.threads;
+    options.comm = comm->get();
+    const std::string id = absl::StrCat(name, " ", (*kernel)->ConfigString(*config));
+    options.verified = verified_.contains(id);
+    m = MeasureKernel(**kernel, *config, problems_, options);
+    if (m.ok()) verified_.insert(id);
+    return m;
+  }
+
+  std::vector<Legality> CheckLegal(const std::string& name, const std::vector<Params>& configs) override {
+    std::vector<Legality> out(configs.size());
+    absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry_.Get(name);
+    for (size_t i = 0; i < configs.size(); ++i) {
+      absl::Status s = kernel.ok() ? absl::OkStatus() : kernel.status();
+      absl::StatusOr<Config> config = kernel.ok() ? (*kernel)->ParseConfig(configs[i]) : absl::StatusOr<Config>(s);
+      if (config.ok()) s = (*kernel)->Check(*config, *problems_[0]->args());
+      if (!config.ok()) s = config.status();
+      out[i].status = s.ok() ? TrialStatus::kOk : TrialStatus::kIllegal;
+      if (!s.ok()) out[i].why = std::string(s.message());
+    }
+    return out;
+  }
+
+ private:
+  const Registry& registry_;
+  const TuneRequest& request_;
+  std::vector<Problem*> problems_;
+  std::set<std::string> verified_;
+};
+
 // One sweep: the candidates, the worker, the table and the counts.
 class Sweep {
  public:
   Sweep(const TuneRequest& request, TuningDb* db, TuneObserver* observer, const std::atomic<bool>* stop,
-        IsolatedRunner* runner, tuning::ProblemKey key, const int64_t* dims)
+        CandidateRunner* runner, tuning::ProblemKey key, const int64_t* dims)
       : request_(request), db_(db), observer_(observer), stop_(stop), runner_(runner), key_(std::move(key)),
         dims_(dims), title_(KeyString(key_)), start_(Clock::now()) {}
 
@@ -119,6 +183,16 @@ class Sweep {
       m.error = t->error();
       Count(i, /*measured=*/false);
     } else {
+      if (request_.comm != nullptr) {
+        // Under MPI a crash ends the job: the candidate is recorded as
+        // crashed first, and replaced by its result once it has one.
+        tuning::Trial in_flight = NewTrial(c, proto_config);
+        in_flight.set_status(tuning::Trial::CRASHED);
+        in_flight.set_error("in flight when the MPI job ended (under MPI a crash ends the job)");
+        in_flight.set_measured_at(std::time(nullptr));
+        db_->AddTrial(key_, in_flight);
+        Checkpoint();
+      }
       m = runner_->Measure(c.kernel->name(), c.kernel->ConfigPairs(c.config), reps);
       if (stopped()) return m;  // a candidate cut short by the stop flag is not a result
       Count(i, /*measured=*/true);
@@ -128,13 +202,10 @@ class Sweep {
                           ": ", m.error));
       }
       // kError (the worker could not be started or set up) is not kept, so a
-      // later run tries again.
+      // later run tries again (under MPI it replaces the in-flight mark).
       const bool full = m.ok() && reps >= request_.search.reps;
-      if (full || (!m.ok() && m.status != TrialStatus::kError)) {
-        tuning::Trial trial;
-        trial.set_variant(c.kernel->variant());
-        trial.set_variant_version(c.kernel->version());
-        *trial.mutable_config() = proto_config;
+      if (full || (!m.ok() && (m.status != TrialStatus::kError || request_.comm != nullptr))) {
+        tuning::Trial trial = NewTrial(c, proto_config);
         trial.set_median_ns(m.median_ns);
         trial.set_min_ns(m.min_ns);
         trial.set_max_ns(m.max_ns);
@@ -154,6 +225,15 @@ class Sweep {
     }
     Report();
     return m;
+  }
+
+  // A trial of candidate c, not yet measured.
+  static tuning::Trial NewTrial(const Candidate& c, const tuning::Config& proto_config) {
+    tuning::Trial trial;
+    trial.set_variant(c.kernel->variant());
+    trial.set_variant_version(c.kernel->version());
+    *trial.mutable_config() = proto_config;
+    return trial;
   }
 
   // Extends the list parameters of each kernel's best configurations by one
@@ -271,7 +351,7 @@ class Sweep {
   TuningDb* db_;
   TuneObserver* observer_;
   const std::atomic<bool>* stop_;
-  IsolatedRunner* runner_;
+  CandidateRunner* runner_;
   tuning::ProblemKey key_;
   const int64_t* dims_;
   std::string title_;
@@ -302,7 +382,12 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   }
   absl::StatusOr<Values> values = op.ParseValues(request.values);
   if (!values.ok()) return values.status();
-  if (request.ranks > 0) {
+  if (request.comm != nullptr) {
+    if (request.search.budget_seconds > 0) {
+      return absl::InvalidArgumentError("under MPI a sweep takes no budget (the ranks would stop at different times)");
+    }
+    if (absl::Status s = op.SetRanks(&*values, request.comm->size()); !s.ok()) return s;
+  } else if (request.ranks > 0) {
     if (absl::Status s = op.SetRanks(&*values, request.ranks); !s.ok()) return s;
   } else if (op.collective()) {
     return absl::InvalidArgumentError(absl::StrCat(op.name(), " is a collective op: give the ranks to tune on"));
@@ -319,7 +404,9 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   ShapeArgs shape;
   if (absl::Status s = MakeShapeArgs(op, *values, options, &shape); !s.ok()) return s;
   std::string data_class = request.data_class;
-  if (data_class.empty() && op.collective()) data_class = CollectiveDataClass("threads");
+  if (data_class.empty() && op.collective()) {
+    data_class = CollectiveDataClass(request.comm != nullptr ? request.comm->backend() : "threads");
+  }
   if (data_class.empty()) {
     absl::StatusOr<std::string> d;
     if (op.has_data_class()) {
@@ -369,15 +456,27 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   job.ranks = request.ranks;
   job.comm_timeout = request.comm_timeout;
   std::vector<std::string> command = request.worker_command;
-  if (command.empty()) {
+  if (command.empty() && request.comm == nullptr) {
     absl::StatusOr<std::vector<std::string>> found = FindWorker();
     if (!found.ok()) return found.status();
     command = *std::move(found);
   }
-  IsolatedRunner runner(command, job, request.timeout_seconds);
-  runner.set_stop(stop);
+  std::unique_ptr<CandidateRunner> runner;
+  std::unique_ptr<Problem> rank_problem;  // under MPI: this rank's
+  if (request.comm != nullptr) {
+    ProblemOptions rank_options = options;
+    rank_options.comm = request.comm->abi();
+    absl::StatusOr<std::unique_ptr<Problem>> p = Problem::Make(*op_or, registry.Reference(op.name()), *values, rank_options);
+    if (!p.ok()) return p.status();
+    rank_problem = *std::move(p);
+    runner = std::make_unique<RankRunner>(registry, request, std::vector<Problem*>{rank_problem.get()});
+  } else {
+    auto isolated = std::make_unique<IsolatedRunner>(command, job, request.timeout_seconds);
+    isolated->set_stop(stop);
+    runner = std::move(isolated);
+  }
 
-  Sweep sweep(request, db, observer, stop, &runner, key, shape.args()->dims);
+  Sweep sweep(request, db, observer, stop, runner.get(), key, shape.args()->dims);
   for (const std::shared_ptr<const Kernel>& k : kernels) {
     sweep.AddLegal(k, k->params().Enumerate(CpuIsa(), shape.args()->dims, request.max_list_len));
     if (sweep.stopped()) break;

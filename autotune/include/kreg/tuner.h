@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kreg/autotune.h"
+#include "kreg/comm.h"
 #include "kreg/kreg_tuning.pb.h"
 #include "kreg/lut.h"
 #include "kreg/problem.h"
@@ -69,6 +70,14 @@ struct TuneRequest {
   // class is "backend=threads" unless data_class says otherwise.
   int ranks = 0;
   double comm_timeout = 30;
+  // Collective ops under MPI: every rank of the job calls Tune with its
+  // Comm and the same request and table; candidates are measured in this
+  // process (a forked worker cannot join the job), on every rank at once.
+  // Before each candidate runs, it is checkpointed into the table as
+  // crashed ("in flight"), so a candidate that brings the job down is
+  // recorded and skipped by the next run. Give db_path on rank 0 only.
+  // No budget (ranks would stop at different times).
+  Comm* comm = nullptr;
   // The table file checkpointed after every result; empty: none (the caller
   // saves `db` itself).
   std::string db_path;

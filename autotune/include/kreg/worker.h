@@ -102,13 +102,23 @@ struct Legality {
 // their own worker. NotFound names every place looked.
 absl::StatusOr<std::vector<std::string>> FindWorker();
 
-class IsolatedRunner {
+// How a sweep measures its candidates and checks their legality: in a
+// worker process (IsolatedRunner), or in this process on every rank of an
+// MPI job (kreg::Tune with TuneRequest::comm).
+class CandidateRunner {
+ public:
+  virtual ~CandidateRunner() = default;
+  virtual Measurement Measure(const std::string& name, const Params& params, int reps) = 0;
+  virtual std::vector<Legality> CheckLegal(const std::string& name, const std::vector<Params>& configs) = 0;
+};
+
+class IsolatedRunner : public CandidateRunner {
  public:
   // `command` is the worker's argv (e.g. FindWorker()'s).
   // `timeout_seconds` bounds one candidate's measurement, or one CheckLegal
   // batch (a fresh worker's set-up, before it answers Started, has 600 s).
   IsolatedRunner(std::vector<std::string> command, WorkerJob job, double timeout_seconds);
-  ~IsolatedRunner();
+  ~IsolatedRunner() override;
   IsolatedRunner(const IsolatedRunner&) = delete;
   IsolatedRunner& operator=(const IsolatedRunner&) = delete;
 
@@ -116,7 +126,7 @@ class IsolatedRunner {
   // throws or crashes: failures come back as the Measurement's status. A
   // worker that cannot even set the problem up gives kError for every
   // candidate, with its reason.
-  Measurement Measure(const std::string& name, const Params& params, int reps);
+  Measurement Measure(const std::string& name, const Params& params, int reps) override;
 
   // Whether each of `configs` of kernel `name` is legal for the job's
   // problem, asked of the worker in one request: Kernel::Check against the
@@ -126,7 +136,7 @@ class IsolatedRunner {
   // batch gets kCrashed ("the kernel's check crashed: worker killed by
   // signal 11 (Segmentation fault)") or kTimedOut; the next call starts a
   // fresh worker.
-  std::vector<Legality> CheckLegal(const std::string& name, const std::vector<Params>& configs);
+  std::vector<Legality> CheckLegal(const std::string& name, const std::vector<Params>& configs) override;
 
   // When *stop becomes true, a measurement or check in flight is abandoned
   // (the worker killed, kError "interrupted" returned) within about 0.1 s.

@@ -39,6 +39,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "kreg/op.h"
 #include "kreg/plugin_abi.h"
@@ -66,6 +67,13 @@ class Comm {
   Comm* axis(absl::string_view name) const;
   // Marks this rank failed with `why`: every rank's waits fail from now on.
   virtual void Abort(absl::string_view why) = 0;
+  // A new communicator over the same ranks (and mesh), with no message in
+  // flight and no failure recorded, so one failed collective leaves nothing
+  // behind for the next (every rank calls it, in the same order).
+  // Unimplemented for thread ranks: make new ThreadComms instead.
+  virtual absl::StatusOr<std::unique_ptr<Comm>> Fresh() {
+    return absl::UnimplementedError(absl::StrCat(backend(), ": no fresh communicator; make a new one"));
+  }
 
   // Host collectives (every rank calls them, in the same order).
   absl::Status Barrier();
