@@ -56,21 +56,25 @@ std::vector<int> AxisGroup(const Mesh& mesh, size_t a, int r) {
   return group;
 }
 
-std::chrono::steady_clock::time_point WaitDeadline(const CommOptions& options) {
-  return std::chrono::steady_clock::now() +
-         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-             std::chrono::duration<double>(std::max(0.0, options.timeout_seconds)));
+double WaitSeconds(const CommOptions& options, bool host) {
+  const double t = std::max(0.0, options.timeout_seconds);
+  return host ? 2 * t + 1 : t;
 }
 
-kreg_status StopWaiting(const CommOptions& options, int rank, std::chrono::steady_clock::time_point deadline,
-                        absl::string_view awaiting, std::string* why) {
+std::chrono::steady_clock::time_point WaitDeadline(const CommOptions& options, bool host) {
+  return std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                std::chrono::duration<double>(WaitSeconds(options, host)));
+}
+
+kreg_status StopWaiting(const CommOptions& options, bool host, int rank,
+                        std::chrono::steady_clock::time_point deadline, absl::string_view awaiting, std::string* why) {
   if (options.cancel_flag != nullptr && options.cancel_flag->load(std::memory_order_relaxed) != 0) {
     *why = absl::StrCat("rank ", rank, ": cancelled ", awaiting);
     return KREG_CANCELLED;
   }
   if (std::chrono::steady_clock::now() >= deadline) {
     *why = absl::StrFormat("rank %d: nothing came within the %gs communication timeout, %s", rank,
-                           options.timeout_seconds, awaiting);
+                           WaitSeconds(options, host), awaiting);
     return KREG_UNAVAILABLE;
   }
   return KREG_OK;

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <deque>
 #include <string>
 #include <thread>
 
@@ -110,16 +111,24 @@ class MpiComm final : public Comm {
   absl::StatusOr<std::unique_ptr<Comm>> Fresh() override { return Over(world_, options_, false); }
 
   // Tells every other rank why this one failed (their waits then fail at
-  // once, axes' too); the notices are small, so they go out eagerly.
-  void Abort(absl::string_view why) override {
-    if (parent_ != nullptr) return parent_->Abort(why);
-    if (!failed_.empty()) return;
-    failed_ = absl::StrCat("rank ", rank(), " failed (", why, ")");
-    failed_.resize(std::min<size_t>(failed_.size(), 1000));
+  // once, axes' too); the notices are small, so they go out eagerly. A
+  // notice is 'L' (the rank left) or 'S' (it stays for the host's
+  // agreement), then the reason.
+  void Abort(absl::string_view why, bool leaving = true) override {
+    if (parent_ != nullptr) return parent_->Abort(why, leaving);
+    const bool was_leaving = failed_leaving_;
+    if (failed_.empty()) {
+      failed_ = absl::StrCat("rank ", rank(), " failed (", why, ")");
+      failed_.resize(std::min<size_t>(failed_.size(), 1000));
+    }
+    failed_leaving_ = failed_leaving_ || leaving;
+    if (own_notice_ && was_leaving == failed_leaving_) return;  // the others know already
+    own_notice_ = true;
+    const std::string& notice = notices_.emplace_back(absl::StrCat(failed_leaving_ ? "L" : "S", failed_));
     for (int q = 0; q < size(); ++q) {
       if (q == rank()) continue;
       MPI_Request r;
-      MPI_Isend(failed_.data(), static_cast<int>(failed_.size()), MPI_CHAR, q, kFailureTag, world_, &r);
+      MPI_Isend(notice.data(), static_cast<int>(notice.size()), MPI_CHAR, q, kFailureTag, world_, &r);
       MPI_Request_free(&r);
     }
   }
@@ -136,24 +145,25 @@ class MpiComm final : public Comm {
   }
   static MpiComm* Self(void* ctx) { return static_cast<MpiComm*>(ctx); }
 
-  // A peer's failure notice, if one came (on this communicator, or for an
-  // axis on the whole mesh's): its text.
-  bool PeerFailed(std::string* why) {
-    if (!failed_.empty()) {
-      *why = failed_;
-      return true;
+  // Whether a wait (on a host message: `host`) must stop for a failure,
+  // this rank's or a peer's (on this communicator, or for an axis on the
+  // whole mesh's), and why. Reads the notices that came.
+  bool Failed(bool host, std::string* why) {
+    if (parent_ != nullptr && parent_->Failed(host, why)) return true;
+    for (int flag = 1; flag && !failed_leaving_;) {
+      MPI_Status status;
+      MPI_Iprobe(MPI_ANY_SOURCE, kFailureTag, world_, &flag, &status);
+      if (!flag) break;
+      int len = 0;
+      MPI_Get_count(&status, MPI_CHAR, &len);
+      std::string text(len, '\0');
+      MPI_Recv(text.data(), len, MPI_CHAR, status.MPI_SOURCE, kFailureTag, world_, MPI_STATUS_IGNORE);
+      if (text.empty()) continue;
+      if (failed_.empty()) failed_ = text.substr(1);  // every later wait fails too
+      failed_leaving_ = failed_leaving_ || text[0] == 'L';
     }
-    if (parent_ != nullptr && parent_->PeerFailed(why)) return true;
-    int flag = 0;
-    MPI_Status status;
-    MPI_Iprobe(MPI_ANY_SOURCE, kFailureTag, world_, &flag, &status);
-    if (!flag) return false;
-    int len = 0;
-    MPI_Get_count(&status, MPI_CHAR, &len);
-    std::string text(len, '\0');
-    MPI_Recv(text.data(), len, MPI_CHAR, status.MPI_SOURCE, kFailureTag, world_, MPI_STATUS_IGNORE);
-    failed_ = text;  // every later wait fails too
-    *why = text;
+    if (failed_.empty() || (host && !failed_leaving_)) return false;
+    *why = failed_;
     return true;
   }
 
@@ -247,13 +257,14 @@ class MpiComm final : public Comm {
     return result == KREG_OK ? KREG_OK : Fail(msg, cap, result, why);
   }
 
-  // Why a wait must stop now (KREG_OK: it need not).
-  kreg_status Stop(Clock::time_point deadline, absl::string_view awaiting, std::string* why) {
-    if (PeerFailed(why)) {
+  // Why a wait (on a host message: `host`) must stop now (KREG_OK: it need
+  // not).
+  kreg_status Stop(bool host, Clock::time_point deadline, absl::string_view awaiting, std::string* why) {
+    if (Failed(host, why)) {
       *why = absl::StrCat(*why, "; rank ", rank(), " gave up ", awaiting);
       return KREG_UNAVAILABLE;
     }
-    return StopWaiting(options_, rank(), deadline, awaiting, why);
+    return StopWaiting(options_, host, rank(), deadline, awaiting, why);
   }
 
   // Polls until `poll` says done: 64 times in a tight loop (a small
@@ -263,9 +274,9 @@ class MpiComm final : public Comm {
   // `awaiting()` describes the wait, for the message. Giving up cancels
   // and frees *cancel (a point-to-point request) unless it is NULL.
   template <typename PollFn, typename Awaiting>
-  kreg_status Await(PollFn&& poll, Awaiting&& awaiting, MPI_Request* cancel, char* msg, size_t cap) {
+  kreg_status Await(PollFn&& poll, bool host, Awaiting&& awaiting, MPI_Request* cancel, char* msg, size_t cap) {
     const Clock::time_point start = Clock::now();
-    const Clock::time_point deadline = WaitDeadline(options_);
+    const Clock::time_point deadline = WaitDeadline(options_, host);
     std::chrono::microseconds nap(0);
     bool napping = false;
     for (int turn = 0;; ++turn) {
@@ -275,7 +286,7 @@ class MpiComm final : public Comm {
       if (turn >= 64 && !napping) std::this_thread::yield();
       if (turn % 64 != 63 && !napping) continue;
       std::string why;
-      if (const kreg_status stop = Stop(deadline, awaiting(), &why); stop != KREG_OK) {
+      if (const kreg_status stop = Stop(host, deadline, awaiting(), &why); stop != KREG_OK) {
         if (cancel != nullptr && *cancel != MPI_REQUEST_NULL) {
           MPI_Cancel(cancel);
           MPI_Request_free(cancel);
@@ -301,7 +312,7 @@ class MpiComm final : public Comm {
     *done = finished ? 1 : 0;
     if (finished) return s;
     std::string why;
-    if (self->PeerFailed(&why)) {  // finish it: a failed world fails pending requests at once
+    if (self->Failed(r->tag < 0, &why)) {  // finish it: a failed world fails pending requests at once
       *done = 1;
       return WaitAbi(ctx, request, msg, cap);
     }
@@ -322,7 +333,7 @@ class MpiComm final : public Comm {
           deleted = *done;
           return p;
         },
-        awaiting, handle, msg, cap);
+        described.tag < 0, awaiting, handle, msg, cap);
     if (!deleted) delete r;
     return s;
   }
@@ -338,6 +349,7 @@ class MpiComm final : public Comm {
           *done = flag != 0;
           return KREG_OK;
         },
+        /*host=*/false,
         // A collective request cannot be cancelled: one given up on is left to MPI_Finalize.
         [] { return std::string("in a barrier"); }, nullptr, msg, cap);
   }
@@ -345,7 +357,10 @@ class MpiComm final : public Comm {
   const CommOptions options_;
   const bool owns_mpi_;
   MPI_Comm world_ = MPI_COMM_NULL;
-  std::string failed_;  // set once this rank or a peer failed
+  std::string failed_;            // set once this rank or a peer failed
+  bool failed_leaving_ = false;   // a failed rank has left (see Comm::Abort)
+  bool own_notice_ = false;       // this rank has sent its notices
+  std::deque<std::string> notices_;  // sent (their buffers outlive the sends)
   MpiComm* parent_ = nullptr;  // an axis communicator's whole mesh
 };
 

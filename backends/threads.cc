@@ -58,11 +58,15 @@ class World {
   kreg_status Test(int rank, Request* r, int* done, char* msg, size_t cap);
   kreg_status Wait(int rank, Request* r, char* msg, size_t cap);
   kreg_status Barrier(int rank, char* msg, size_t cap);
-  void Abort(int rank, absl::string_view why);
+  void Abort(int rank, absl::string_view why, bool leaving);
 
  private:
+  // Whether a wait (on a host message: `host`) must stop for a failure;
+  // mu_ held.
+  bool Failed(bool host) const { return failed_rank_ >= 0 && (!host || failed_leaving_); }
   // Why a wait of `rank` must stop now, or KREG_OK; mu_ held.
-  kreg_status Stop(int rank, Clock::time_point deadline, absl::string_view awaiting, std::string* why) const;
+  kreg_status Stop(int rank, bool host, Clock::time_point deadline, absl::string_view awaiting,
+                   std::string* why) const;
   // Yields the core while `ready()` is false, for at most kSpin; `lock`
   // is released meanwhile.
   template <typename Ready>
@@ -79,7 +83,7 @@ class World {
   void Copy(Request* r, Request* m, std::unique_lock<std::mutex>& lock);
   // Finishes r (done) and returns its status; mu_ held.
   static kreg_status Finish(Request* r, char* msg, size_t cap);
-  Clock::time_point Deadline() const { return WaitDeadline(options_); }
+  Clock::time_point Deadline(bool host) const { return WaitDeadline(options_, host); }
 
   const int n_;
   const CommOptions options_;
@@ -88,6 +92,7 @@ class World {
   std::vector<std::deque<Request*>> queued_;   // per destination: unmatched sends and receives, in order
   int failed_rank_ = -1;
   std::string failed_why_;
+  bool failed_leaving_ = false;  // a failed rank has left (see Comm::Abort)
   int64_t barrier_generation_ = 0;
   int barrier_arrived_ = 0;
 };
@@ -134,14 +139,15 @@ void World::Post(Request* r) {
   Copy(r, m, lock);
 }
 
-kreg_status World::Stop(int rank, Clock::time_point deadline, absl::string_view awaiting, std::string* why) const {
-  if (failed_rank_ >= 0) {
+kreg_status World::Stop(int rank, bool host, Clock::time_point deadline, absl::string_view awaiting,
+                        std::string* why) const {
+  if (Failed(host)) {
     *why = failed_rank_ == rank ? absl::StrCat("rank ", rank, " has failed: ", failed_why_)
                                 : absl::StrCat("rank ", failed_rank_, " failed (", failed_why_, "); rank ", rank,
                                                " gave up ", awaiting);
     return KREG_UNAVAILABLE;
   }
-  return StopWaiting(options_, rank, deadline, awaiting, why);
+  return StopWaiting(options_, host, rank, deadline, awaiting, why);
 }
 
 kreg_status World::Finish(Request* r, char* msg, size_t cap) {
@@ -156,7 +162,7 @@ kreg_status World::Test(int rank, Request* r, int* done, char* msg, size_t cap) 
   *done = r->done ? 1 : 0;
   if (r->done) return Finish(r, msg, cap);
   // A failed or cancelled world fails pending requests at once.
-  if (failed_rank_ >= 0 || (options_.cancel_flag && options_.cancel_flag->load(std::memory_order_relaxed) != 0)) {
+  if (Failed(r->tag < 0) || (options_.cancel_flag && options_.cancel_flag->load(std::memory_order_relaxed) != 0)) {
     lock.unlock();
     *done = 1;
     return Wait(rank, r, msg, cap);
@@ -166,11 +172,12 @@ kreg_status World::Test(int rank, Request* r, int* done, char* msg, size_t cap) 
 
 kreg_status World::Wait(int rank, Request* r, char* msg, size_t cap) {
   std::unique_lock<std::mutex> lock(mu_);
-  Spin(lock, [&] { return r->done || failed_rank_ >= 0; });
-  const Clock::time_point deadline = Deadline();
+  const bool host = r->tag < 0;
+  Spin(lock, [&] { return r->done || Failed(host); });
+  const Clock::time_point deadline = Deadline(host);
   while (!r->done) {
     std::string why;
-    const kreg_status stop = Stop(rank, deadline, absl::StrCat("waiting for ", Describe(*r)), &why);
+    const kreg_status stop = Stop(rank, host, deadline, absl::StrCat("waiting for ", Describe(*r)), &why);
     if (stop != KREG_OK && !r->copying) {
       // Withdrawn: no one may touch its buffer after this returns.
       if (r->queued) {
@@ -195,12 +202,13 @@ kreg_status World::Barrier(int rank, char* msg, size_t cap) {
     for (std::condition_variable& w : wake_) w.notify_all();
     return KREG_OK;
   }
-  Spin(lock, [&] { return barrier_generation_ != generation || failed_rank_ >= 0; });
-  const Clock::time_point deadline = Deadline();
+  Spin(lock, [&] { return barrier_generation_ != generation || Failed(false); });
+  const Clock::time_point deadline = Deadline(false);
   while (barrier_generation_ == generation) {
     std::string why;
     const kreg_status stop =
-        Stop(rank, deadline, absl::StrFormat("in a barrier (%d of %d ranks arrived)", barrier_arrived_, n_), &why);
+        Stop(rank, false, deadline, absl::StrFormat("in a barrier (%d of %d ranks arrived)", barrier_arrived_, n_),
+             &why);
     if (stop != KREG_OK) {
       --barrier_arrived_;
       std::snprintf(msg, cap, "%s", why.c_str());
@@ -211,12 +219,13 @@ kreg_status World::Barrier(int rank, char* msg, size_t cap) {
   return KREG_OK;
 }
 
-void World::Abort(int rank, absl::string_view why) {
+void World::Abort(int rank, absl::string_view why, bool leaving) {
   std::unique_lock<std::mutex> lock(mu_);
   if (failed_rank_ < 0) {
     failed_rank_ = rank;
     failed_why_ = std::string(why);
   }
+  failed_leaving_ = failed_leaving_ || leaving;
   for (std::condition_variable& w : wake_) w.notify_all();
 }
 
@@ -234,9 +243,9 @@ class ThreadComm final : public Comm {
     abi_.barrier = &ThreadComm::BarrierAbi;
   }
   absl::string_view backend() const override { return "threads"; }
-  void Abort(absl::string_view why) override {
-    world_->Abort(rank(), why);
-    for (auto& [name, sub] : axes_) sub->Abort(why);
+  void Abort(absl::string_view why, bool leaving = true) override {
+    world_->Abort(rank(), why, leaving);
+    for (auto& [name, sub] : axes_) sub->Abort(why, leaving);
   }
   void AddAxis(std::string name, std::unique_ptr<Comm> comm) {
     if (axes_.empty()) EnableAxes();

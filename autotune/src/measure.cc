@@ -66,8 +66,8 @@ class Ranks {
 };
 
 // Runs `run` once, timed; a collective starts every rank at a barrier, and
-// a rank whose run fails tells the others at once (their waits on it fail
-// rather than time out).
+// a rank whose run fails tells the others at once (their kernels' waits on
+// it fail rather than time out; the agreement that follows goes on).
 absl::Status TimedRun(PreparedRun& run, Comm* comm, double* nanos) {
   if (comm != nullptr) {
     if (absl::Status s = comm->Barrier(); !s.ok()) return s;
@@ -75,7 +75,7 @@ absl::Status TimedRun(PreparedRun& run, Comm* comm, double* nanos) {
   const auto t0 = Clock::now();
   absl::Status s = run.Run();
   *nanos = Nanos(Clock::now() - t0);
-  if (!s.ok() && comm != nullptr) comm->Abort(s.message());
+  if (!s.ok() && comm != nullptr) comm->Abort(s.message(), /*leaving=*/false);  // it stays to agree
   return s;
 }
 

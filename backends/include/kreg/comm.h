@@ -21,8 +21,9 @@
 // Failures: a wait gives up after the timeout (KREG_UNAVAILABLE naming the
 // peer and the message awaited), when the cancel flag is set
 // (KREG_CANCELLED), or at once when a rank has called Abort (every rank's
-// waits then fail, naming the rank and its reason). A world that has seen
-// an abort stays failed: make a fresh one.
+// waits then fail, naming the rank and its reason; the host's own messages
+// go on while the failed rank stays, see Abort). A world that has seen an
+// abort stays failed: make a fresh one.
 //
 // Thread-safety: each Comm is used by one thread at a time (its rank's);
 // distinct ranks' Comms are used concurrently.
@@ -65,8 +66,12 @@ class Comm {
   virtual absl::string_view backend() const = 0;
   // This rank's communicator along mesh axis `name`, or nullptr.
   Comm* axis(absl::string_view name) const;
-  // Marks this rank failed with `why`: every rank's waits fail from now on.
-  virtual void Abort(absl::string_view why) = 0;
+  // Marks this rank failed with `why`: from now on every rank's waits for
+  // kernels' messages fail at once. A rank that stays (leaving = false: its
+  // kernel failed, but it goes on to agree with the others on the outcome)
+  // still answers the host's own messages (negative tags), which go on;
+  // once a rank has left, those fail too.
+  virtual void Abort(absl::string_view why, bool leaving = true) = 0;
   // A new communicator over the same ranks (and mesh), with no message in
   // flight and no failure recorded, so one failed collective leaves nothing
   // behind for the next (every rank calls it, in the same order).
@@ -89,13 +94,16 @@ class Comm {
   std::vector<std::pair<std::string, std::unique_ptr<Comm>>> axes_;
 };
 
-// For backends: when a wait that began with `deadline` (WaitDeadline) must
-// stop for the cancel flag (KREG_CANCELLED) or the timeout
-// (KREG_UNAVAILABLE), with *why naming the rank and what it `awaited`;
-// KREG_OK to go on.
-std::chrono::steady_clock::time_point WaitDeadline(const CommOptions& options);
-kreg_status StopWaiting(const CommOptions& options, int rank, std::chrono::steady_clock::time_point deadline,
-                        absl::string_view awaiting, std::string* why);
+// For backends: how long a wait may last, the timeout, or for a host message
+// (`host`: the agreement after a run, which a failed rank reaches only once
+// its own waits have timed out) twice that and a second; when a wait that
+// began with `deadline` (WaitDeadline) must stop for the cancel flag
+// (KREG_CANCELLED) or the time (KREG_UNAVAILABLE), with *why naming the rank
+// and what it `awaited`; KREG_OK to go on.
+double WaitSeconds(const CommOptions& options, bool host);
+std::chrono::steady_clock::time_point WaitDeadline(const CommOptions& options, bool host);
+kreg_status StopWaiting(const CommOptions& options, bool host, int rank,
+                        std::chrono::steady_clock::time_point deadline, absl::string_view awaiting, std::string* why);
 
 // The ranks of `mesh` along axis `a` that share rank r's other
 // coordinates, in their order on that axis (row-major numbering).
