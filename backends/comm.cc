@@ -111,7 +111,11 @@ absl::StatusOr<std::vector<double>> Comm::AllMax(std::vector<double> values) {
   return values;
 }
 
-std::string CollectiveDataClass(absl::string_view backend) { return absl::StrCat("backend=", backend); }
+std::string CollectiveDataClass(absl::string_view backend, int nodes) {
+  return backend == "mpi" ? absl::StrCat("backend=mpi,nodes=", nodes) : absl::StrCat("backend=", backend);
+}
+
+std::string CollectiveDataClass(const Comm& comm) { return CollectiveDataClass(comm.backend(), comm.nodes()); }
 
 absl::StatusOr<std::unique_ptr<Comm>> LoadMpiComm(const CommOptions& options) {
   std::vector<std::string> candidates;

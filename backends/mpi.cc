@@ -84,6 +84,14 @@ class MpiComm final : public Comm {
     MPI_Comm_size(comm->world_, &size);
     comm->abi_.rank = rank;
     comm->abi_.size = size;
+    // Nodes: the ranks sharing memory with each other count once.
+    MPI_Comm local;
+    int local_rank = 0;
+    MPI_Comm_split_type(comm->world_, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &local_rank);
+    MPI_Comm_free(&local);
+    const int leader = local_rank == 0 ? 1 : 0;
+    MPI_Allreduce(&leader, &comm->nodes_, 1, MPI_INT, MPI_SUM, comm->world_);
     if (MeshFits(options.mesh, size)) {
       comm->EnableAxes();
       for (size_t a = 0; a < options.mesh.size(); ++a) {
@@ -108,6 +116,7 @@ class MpiComm final : public Comm {
   }
 
   absl::string_view backend() const override { return "mpi"; }
+  int nodes() const override { return nodes_; }
   absl::StatusOr<std::unique_ptr<Comm>> Fresh() override { return Over(world_, options_, false); }
 
   // Tells every other rank why this one failed (their waits then fail at
@@ -362,6 +371,7 @@ class MpiComm final : public Comm {
   bool own_notice_ = false;       // this rank has sent its notices
   std::deque<std::string> notices_;  // sent (their buffers outlive the sends)
   MpiComm* parent_ = nullptr;  // an axis communicator's whole mesh
+  int nodes_ = 1;                // the world's, as counted in Over
 };
 
 }  // namespace

@@ -38,7 +38,7 @@ $kreg query allreduce --ranks 4 --db "$db" --dims count=256 --dims count=1000000
 $kreg query allgather --ranks 4 --db "$db" --dims count=100 --dims count=1000000   # nothing tuned: the model
 $kreg run allreduce --ranks 4 --db "$db" --dims count=1000000 --check
 if [ -f build/release/lib/kreg/backends/kreg_mpi.so ]; then
-  echo "== the same all-reduce as 3 MPI processes (the table's key differs: backend=mpi)"
+  echo "== the same all-reduce as 3 MPI processes (the table's key differs: backend=mpi,nodes=1)"
   root=""
   [ "$(id -u)" = 0 ] && root="--allow-run-as-root"
   mpirun $root --oversubscribe -n 3 $kreg run allreduce/ring --backend mpi --dims count=1000 --check

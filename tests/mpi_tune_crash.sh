@@ -2,7 +2,8 @@
 # A sweep under mpirun whose candidates kill the job (allreduce/faulty
 # mode=die on ranks 0 and 1 of 2): each run records the candidate in flight
 # as crashed and dies; the next run skips it and goes on; the third
-# finishes. Arguments: MPIEXEC KREG PLUGIN_PATH TABLE.
+# finishes, and its key names the job's backend and nodes, which kreg query
+# finds. Arguments: MPIEXEC KREG PLUGIN_PATH TABLE.
 mpiexec=$1 kreg=$2 plugins=$3 db=$4
 rm -f "$db"
 for run in 1 2 3 4; do
@@ -10,8 +11,10 @@ for run in 1 2 3 4; do
       --variants faulty --strategy exhaustive --reps 3 --comm-timeout 5 --db "$db"; then
     crashed=$("$kreg" db export "$db" | grep -c "in flight when the MPI job ended")
     echo "finished on run $run; $crashed candidates recorded as crashed in flight"
-    [ "$run" = 3 ] && [ "$crashed" = 2 ] && exit 0
-    exit 1
+    [ "$run" = 3 ] && [ "$crashed" = 2 ] || exit 1
+    "$kreg" --plugin-path "$plugins" query allreduce --backend mpi --nodes 1 --ranks 2 --dims count=100 \
+        --db "$db" | tee /dev/stderr | grep -q "\[backend=mpi,nodes=1\].*exact"
+    exit $?
   fi
 done
 exit 1

@@ -8,7 +8,9 @@
 //   gamma  rank 0 summing two 4 MiB float vectors, per byte of one (the
 //          median of 9), the reduction the collectives do.
 // Over threads: ranks 0 and 1 of --ranks (2) thread ranks; under mpirun
-// (--backend mpi): ranks 0 and 1 of the job, the others waiting. Rank 0
+// (--backend mpi): ranks 0 and 1 of the job, the others waiting (on several
+// nodes, map ranks 0 and 1 to two of them: the model is the key's, nodes
+// counted, so it should hold the slower link). Rank 0
 // saves the table.
 #include <algorithm>
 #include <chrono>
@@ -125,7 +127,7 @@ absl::Status Calibrate(const Flags& flags) {
   if (!ran.ok()) return ran;
   if (comms[0]->rank() != 0) return absl::OkStatus();  // rank 0 saves and reports
   model.set_machine_id(ThisMachine().id());
-  model.set_backend(flags.backend);
+  model.set_backend(CollectiveDataClass(*comms[0]).substr(8));  // "threads", "mpi,nodes=1"
   model.set_ranks(comms[0]->size());
   model.set_measured_at(static_cast<int64_t>(std::time(nullptr)));
   TuningDb db;

@@ -118,7 +118,7 @@ absl::Status ShapeArgsOf(const ProblemSpec& spec, ShapeArgs* out) {
 
 absl::StatusOr<std::string> DataClassOf(const Flags& flags, const ProblemSpec& spec, const kreg_args& args) {
   const std::string given =
-      flags.data_class.empty() && spec.op->collective() ? CollectiveDataClass(flags.backend) : flags.data_class;
+      flags.data_class.empty() && spec.op->collective() ? CollectiveDataClass(flags.backend, flags.nodes) : flags.data_class;
   absl::StatusOr<std::string> d = kreg::DataClassOf(*spec.op, args, spec.options, given);
   if (!d.ok()) return d.status();
   return ValidUtf8(*d);

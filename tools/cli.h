@@ -54,6 +54,7 @@ struct Flags {
   int ranks = 0;
   std::string mesh;  // "2x2", "x=2,y=4"
   std::string backend = "threads";
+  int nodes = 1;  // an MPI job's nodes: query's --nodes; run and tune count them
   double comm_timeout = 30;
   bool check = false;
   std::string save_outputs;
@@ -101,7 +102,7 @@ absl::Status ShapeArgsOf(const ProblemSpec& spec, ShapeArgs* out);
 
 // The data class a table is asked with (run --db, query; kreg::Tune decides
 // its own from the same flags): --data-class if given; else a collective's
-// backend ("backend=threads"); else the op's
+// backend ("backend=threads", "backend=mpi,nodes=N"); else the op's
 // classifier on `args` when they carry data; else "dist=NAME" for random
 // inputs of a --dist other than normal; else "". Valid UTF-8, as tables
 // store it.

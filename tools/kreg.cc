@@ -275,7 +275,8 @@ absl::Status List(const Flags& flags) {
 
 // ---- run -------------------------------------------------------------------------
 
-absl::Status Run(const Flags& flags) {
+absl::Status Run(const Flags& given) {
+  Flags flags = given;  // under mpirun, with the job's nodes
   std::string name = flags.target;
   const bool from_table = name.find('/') == std::string::npos;
   if (from_table && flags.db.empty()) {
@@ -333,6 +334,7 @@ absl::Status Run(const Flags& flags) {
       return absl::InvalidArgumentError(absl::StrCat("--ranks ", flags.ranks, " but the MPI job has ",
                                                      (*comm)->size(), " ranks (mpirun -n sets them)"));
     }
+    flags.nodes = (*comm)->nodes();
     comms.push_back(*std::move(comm));
   } else if (flags.backend != "threads") {
     return absl::InvalidArgumentError(absl::StrCat("--backend '", flags.backend, "': expected threads or mpi"));
@@ -853,6 +855,11 @@ int Main(int argc, char** argv) {
   AddDist(query, f);
   AddDataClass(query, f, "the data class to ask for (default: dist=NAME for a --dist other than normal)");
   AddComm(query, f);
+  query->add_option("--nodes", f.nodes, "with --backend mpi: the nodes of the job to ask for (kreg run and tune "
+                                        "under mpirun count them)")
+      ->option_text("N")
+      ->capture_default_str()
+      ->check(Number(1, true));
 
   // calibrate
   CLI::App* calibrate =

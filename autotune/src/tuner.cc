@@ -405,7 +405,7 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   if (absl::Status s = MakeShapeArgs(op, *values, options, &shape); !s.ok()) return s;
   std::string data_class = request.data_class;
   if (data_class.empty() && op.collective()) {
-    data_class = CollectiveDataClass(request.comm != nullptr ? request.comm->backend() : "threads");
+    data_class = request.comm != nullptr ? CollectiveDataClass(*request.comm) : CollectiveDataClass("threads", 1);
   }
   if (data_class.empty()) {
     absl::StatusOr<std::string> d;

@@ -64,6 +64,8 @@ class Comm {
   int size() const { return abi_.size; }
   // "threads" or "mpi".
   virtual absl::string_view backend() const = 0;
+  // How many machines (shared-memory nodes) its ranks run on.
+  virtual int nodes() const { return 1; }
   // This rank's communicator along mesh axis `name`, or nullptr.
   Comm* axis(absl::string_view name) const;
   // Marks this rank failed with `why`: from now on every rank's waits for
@@ -121,9 +123,10 @@ std::vector<std::unique_ptr<Comm>> ThreadComms(int n, const CommOptions& options
 // MPI) or MPI cannot start.
 absl::StatusOr<std::unique_ptr<Comm>> LoadMpiComm(const CommOptions& options);
 
-// The data class in a collective's tuning key: its backend,
-// "backend=threads" or "backend=mpi".
-std::string CollectiveDataClass(absl::string_view backend);
+// The data class in a collective's tuning key: its backend and, for MPI, the
+// nodes its ranks span: "backend=threads", "backend=mpi,nodes=2".
+std::string CollectiveDataClass(absl::string_view backend, int nodes);
+std::string CollectiveDataClass(const Comm& comm);
 
 // Runs body(comm) for every comm at once, each on a thread of its own (a
 // single comm on the caller's thread), and
