@@ -69,12 +69,13 @@ absl::StatusOr<ProblemOptions> OptionsFromFlags(const Flags& flags) {
   return options;
 }
 
-absl::StatusOr<TuningDb> LoadTable(const std::string& path) {
+absl::StatusOr<TuningDb> LoadTable(const Flags& flags, const std::string& path) {
   absl::StatusOr<TuningDb> db = TuningDb::Load(path);
   if (!db.ok() && (db.status().code() == absl::StatusCode::kNotFound ||
                    db.status().code() == absl::StatusCode::kDataLoss)) {
     return absl::InvalidArgumentError(db.status().message());
   }
+  if (db.ok() && !db->unchecked().empty()) Warn(flags, db->unchecked());
   return db;
 }
 
@@ -202,7 +203,7 @@ Json AnswerJson(const tuning::ProblemKey& asked, const LutAnswer& answer) {
 
 absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpec& spec, const Registry& registry,
                                             const kreg_args& args) {
-  absl::StatusOr<TuningDb> db = LoadTable(flags.db);
+  absl::StatusOr<TuningDb> db = LoadTable(flags, flags.db);
   if (!db.ok()) return db.status();
   absl::StatusOr<Lut> lut = Lut::Build(*db, registry);
   if (!lut.ok()) return lut.status();

@@ -82,8 +82,9 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Pairs(const std
 absl::StatusOr<ProblemOptions> OptionsFromFlags(const Flags& flags);
 
 // A tuning table named on the command line: a file that is missing or is not
-// a table is bad input (InvalidArgument naming it).
-absl::StatusOr<TuningDb> LoadTable(const std::string& path);
+// a table is bad input (InvalidArgument naming it); an older binary table
+// without a checksum is read with a warning.
+absl::StatusOr<TuningDb> LoadTable(const Flags& flags, const std::string& path);
 
 // A problem as the flags describe it: the op, its dims and attributes from
 // `dims` (dims may stay unknown until inputs give them; a collective's ranks

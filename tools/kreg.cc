@@ -403,7 +403,7 @@ absl::Status Run(const Flags& given) {
   // Composite ops (a kernel running another op: sharded_matmul's local
   // multiplies) get their sub-ops run by a dispatcher: the --db table's
   // choice, else each op's default.
-  absl::StatusOr<TuningDb> sub_table = flags.db.empty() ? TuningDb() : LoadTable(flags.db);
+  absl::StatusOr<TuningDb> sub_table = flags.db.empty() ? TuningDb() : LoadTable(flags, flags.db);
   if (!sub_table.ok()) return sub_table.status();
   absl::StatusOr<Dispatcher> dispatcher = Dispatcher::Create(**registry, *sub_table);
   if (!dispatcher.ok()) return dispatcher.status();
@@ -617,7 +617,9 @@ std::string ExtrasMessage(CLI::App* root, const std::vector<std::string>& extras
 
 // A whole message on one line.
 std::string OneLine(absl::string_view message) {
-  return ValidUtf8(absl::StrReplaceAll(absl::StripTrailingAsciiWhitespace(message), {{"\n", "; "}}));
+  // Newlines join the lines; Printable escapes every other control byte (a
+  // terminal escape, a NUL) and invalid UTF-8, wherever the message came from.
+  return Printable(absl::StrReplaceAll(absl::StripTrailingAsciiWhitespace(message), {{"\n", "; "}}));
 }
 
 // The help page of `app` (not of the command selected under it, as

@@ -164,6 +164,7 @@ absl::Status Tune(const Flags& flags) {
   absl::StatusOr<TuningDb> db = TuningDb::Load(flags.db);
   if (db.status().code() == absl::StatusCode::kNotFound) db = TuningDb();  // a new table
   if (db.status().code() == absl::StatusCode::kDataLoss) return absl::InvalidArgumentError(db.status().message());
+  if (db.ok() && !db->unchecked().empty() && reports) Warn(flags, db->unchecked());
   if (mpi != nullptr) {
     // Every rank starts from rank 0's table, so all skip the same
     // candidates (measured, or in flight when an earlier job died).
@@ -171,7 +172,7 @@ absl::Status Tune(const Flags& flags) {
     if (mpi->rank() == 0) {
       if (!db.ok()) mpi->Abort(db.status().message());
       if (!db.ok()) return db.status();
-      bytes = db->proto().SerializeAsString();
+      bytes = db->ToBinary();
     }
     if (absl::Status s = mpi->Broadcast(&bytes); !s.ok()) return s;
     if (mpi->rank() != 0) db = TuningDb::Parse(bytes, "rank 0's table");
@@ -220,7 +221,7 @@ absl::Status Tune(const Flags& flags) {
 absl::Status Query(const Flags& flags) {
   absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry(flags);
   if (!registry.ok()) return registry.status();
-  absl::StatusOr<TuningDb> db = LoadTable(flags.db);
+  absl::StatusOr<TuningDb> db = LoadTable(flags, flags.db);
   if (!db.ok()) return db.status();
   absl::StatusOr<Lut> lut = Lut::Build(*db, **registry);
   if (!lut.ok()) return lut.status();
@@ -258,7 +259,7 @@ absl::Status Query(const Flags& flags) {
 absl::StatusOr<int> Db(const Flags& flags) {
   const std::string& verb = flags.command;
   if (verb == "db show" || verb == "db export") {
-    absl::StatusOr<TuningDb> db = LoadTable(flags.file_a);
+    absl::StatusOr<TuningDb> db = LoadTable(flags, flags.file_a);
     if (!db.ok()) return db.status();
     std::cout << ValidUtf8(verb == "db show" ? db->Summary() : db->ToText());
     return 0;
@@ -266,7 +267,7 @@ absl::StatusOr<int> Db(const Flags& flags) {
   if (verb == "db merge") {
     TuningDb merged;
     for (const std::string& in : flags.files) {
-      absl::StatusOr<TuningDb> db = LoadTable(in);
+      absl::StatusOr<TuningDb> db = LoadTable(flags, in);
       if (!db.ok()) return db.status();
       merged.MergeFrom(*db);
     }
@@ -279,16 +280,16 @@ absl::StatusOr<int> Db(const Flags& flags) {
     return 0;
   }
   if (verb == "db diff") {
-    absl::StatusOr<TuningDb> a = LoadTable(flags.file_a);
+    absl::StatusOr<TuningDb> a = LoadTable(flags, flags.file_a);
     if (!a.ok()) return a.status();
-    absl::StatusOr<TuningDb> b = LoadTable(flags.file_b);
+    absl::StatusOr<TuningDb> b = LoadTable(flags, flags.file_b);
     if (!b.ok()) return b.status();
     const std::string diff = TuningDb::Diff(*a, *b);
     std::cout << (diff.empty() ? "the winners agree everywhere\n" : ValidUtf8(diff));
     return diff.empty() ? 0 : 1;
   }
   if (verb == "db slim") {
-    absl::StatusOr<TuningDb> db = LoadTable(flags.file_a);
+    absl::StatusOr<TuningDb> db = LoadTable(flags, flags.file_a);
     if (!db.ok()) return db.status();
     SaveOptions options;
     options.best_per_variant = true;

@@ -31,14 +31,44 @@ std::string TempPrefix(const std::string& path) {
   return absl::StrCat(dir, "/.", name, ".tmp-");
 }
 
+absl::Status NotRegular(const std::string& path) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+}
+
 }  // namespace
 
+absl::StatusOr<std::string> ResolvePath(const std::string& path) {
+  std::string p = path;
+  for (int links = 0; links < 40; ++links) {
+    struct stat st;
+    if (lstat(p.c_str(), &st) != 0) {
+      if (errno == ENOENT) return p;  // a new file (or a dangling link's target)
+      return Errno(errno, "cannot stat", p);
+    }
+    if (S_ISREG(st.st_mode)) return p;
+    if (!S_ISLNK(st.st_mode)) return NotRegular(p);
+    std::string target(static_cast<size_t>(st.st_size > 0 ? st.st_size : 4096) + 1, '\0');
+    const ssize_t n = readlink(p.c_str(), target.data(), target.size());
+    if (n < 0) return Errno(errno, "cannot read the link", p);
+    target.resize(static_cast<size_t>(n));
+    // A relative target is relative to the link's folder.
+    p = target.empty() || target[0] == '/' ? target : absl::StrCat(Split(p).first, "/", target);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(path, ": too many levels of symbolic links"));
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int error = errno;
     if (error == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
     return Errno(error, "cannot open", path);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return NotRegular(path);
   }
   std::string contents;
   char buf[1 << 16];
@@ -58,6 +88,9 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 absl::Status AtomicWrite(const std::string& path, absl::string_view contents) {
+  if (access(path.c_str(), F_OK) == 0 && access(path.c_str(), W_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(path, ": this user may not write it; not replaced"));
+  }
   auto [dir, name] = Split(path);
   std::string temp = TempPrefix(path) + "XXXXXX";
   int fd = mkostemp(temp.data(), O_CLOEXEC);
@@ -69,8 +102,15 @@ absl::Status AtomicWrite(const std::string& path, absl::string_view contents) {
     return status;
   };
   struct stat st;
-  mode_t mode = stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644;
-  if (fchmod(fd, mode) != 0) return fail("cannot set the mode of the temporary file for");
+  const bool exists = stat(path.c_str(), &st) == 0;
+  // The replacement keeps the owner and group (only root, or the owner for a
+  // group it belongs to, can give them; anyone else is refused above or here).
+  if (exists && fchown(fd, st.st_uid, st.st_gid) != 0) {
+    return fail("cannot keep the owner and group of");
+  }
+  if (fchmod(fd, exists ? (st.st_mode & 07777) : 0644) != 0) {
+    return fail("cannot set the mode of the temporary file for");
+  }
   for (size_t done = 0; done < contents.size();) {
     ssize_t n = write(fd, contents.data() + done, contents.size() - done);
     if (n < 0 && errno == EINTR) continue;
@@ -106,7 +146,9 @@ void RemoveStaleTemporaries(const std::string& path) {
 
 absl::StatusOr<FileLock> FileLock::Acquire(const std::string& path) {
   std::string lock_path = path + ".lock";
-  int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Read-only suffices for flock, so users who may not write a lock file
+  // another made can still take it.
+  int fd = open(lock_path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Errno(errno, "cannot open the lock file", lock_path);
   while (flock(fd, LOCK_EX) != 0) {
     if (errno == EINTR) continue;

@@ -14,14 +14,24 @@
 
 namespace kreg::internal {
 
-// The contents of `path`. NotFound if it does not exist; the errno's code
-// naming the file otherwise.
+// The file `path` names: symbolic links followed to their end (which need
+// not exist yet), so a table reached through a link is locked and replaced
+// where it lives. InvalidArgument for something that exists but is not a
+// regular file (a folder, a FIFO, a device) or a loop of links.
+absl::StatusOr<std::string> ResolvePath(const std::string& path);
+
+// The contents of `path`. NotFound if it does not exist; InvalidArgument if
+// it is not a regular file (a FIFO would block the read forever); the
+// errno's code naming the file otherwise.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
-// Replaces `path` with `contents` atomically: a temporary file in the same
-// folder (".NAME.tmp-XXXXXX"), fsync, rename over `path`, fsync the folder.
-// The file keeps the mode of the one it replaces (0644 when new). On error
-// the temporary file is removed and `path` is untouched.
+// Replaces `path` (resolved already) with `contents` atomically: a temporary
+// file in the same folder (".NAME.tmp-XXXXXX"), fsync, rename over `path`,
+// fsync the folder. The file keeps the owner, group and mode of the one it
+// replaces (0644 when new); a file this process could not have written
+// (access(2)), or whose owner it cannot keep, is refused (PermissionDenied)
+// rather than replaced through a writable folder. On error the temporary
+// file is removed and `path` is untouched.
 absl::Status AtomicWrite(const std::string& path, absl::string_view contents);
 
 // Removes temporary files AtomicWrite left beside `path` when its process was

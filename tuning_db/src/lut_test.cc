@@ -8,6 +8,7 @@
 // the op's data class asked per call).
 #include "kreg/lut.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include <random>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -67,6 +69,7 @@ using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 using ::testing::UnorderedElementsAre;
 
@@ -357,7 +360,8 @@ TEST(Files, TextRoundTripAndFormatByContent) {
   for (std::string name : {"t.txtpb", "t.textproto", "t.pbtxt"}) {
     ASSERT_TRUE(db.Save(dir + "/" + name).ok()) << name;
     std::string text = ReadBytes(dir + "/" + name);
-    EXPECT_THAT(text, HasSubstr("schema_version: 1")) << name;
+    EXPECT_THAT(text, HasSubstr("schema_version: 2")) << name;
+    EXPECT_THAT(text, Not(HasSubstr("checksum"))) << name;  // text files carry none
     EXPECT_THAT(text, HasSubstr("choice: \"nth_element\"")) << name;
     absl::StatusOr<TuningDb> back = TuningDb::Load(dir + "/" + name);
     ASSERT_TRUE(back.ok()) << back.status();
@@ -459,7 +463,7 @@ TEST(Files, CorruptAndForeignFilesAreDataLossNamingTheFile) {
   ExpectDataLoss(dir + "/t.npy");
   WriteBytes(dir + "/typo.txtpb", "schema_version: 1\nentries { varient: \"sort\" }\n");
   ExpectDataLoss(dir + "/typo.txtpb", "varient");
-  WriteBytes(dir + "/newer.txtpb", "schema_version: 2\n");
+  WriteBytes(dir + "/newer.txtpb", "schema_version: 3\n");
   ExpectDataLoss(dir + "/newer.txtpb", "newer");
   WriteBytes(dir + "/none.txtpb", "entries { key { op: \"topk\" } }\n");
   ExpectDataLoss(dir + "/none.txtpb", "schema_version");
@@ -479,6 +483,121 @@ TEST(Files, EveryTruncationOfABinaryFileIsRefused) {
     ASSERT_THAT(db.status().message(), HasSubstr("cut.kdb"));
   }
   EXPECT_TRUE(TuningDb::Parse(whole, "whole.kdb").ok());
+}
+
+// Every single-bit flip anywhere in a binary table is an error (the
+// checksum), never a table that loads with other content.
+TEST(Files, EveryBitFlipOfABinaryFileIsRefused) {
+  const std::string whole = SampleDb().ToBinary();
+  for (size_t bit = 0; bit < whole.size() * 8; ++bit) {
+    std::string flipped = whole;
+    flipped[bit / 8] = static_cast<char>(flipped[bit / 8] ^ (1 << (bit % 8)));
+    absl::StatusOr<TuningDb> db = TuningDb::Parse(flipped, "flipped.kdb");
+    ASSERT_EQ(db.status().code(), absl::StatusCode::kDataLoss) << "bit " << bit;
+    ASSERT_THAT(db.status().message(), HasSubstr("flipped.kdb"));
+  }
+  absl::StatusOr<TuningDb> db = TuningDb::Parse(whole, "whole.kdb");
+  ASSERT_TRUE(db.ok()) << db.status();
+  EXPECT_EQ(db->unchecked(), "");
+}
+
+// Binary files of schema 1 (before checksums) still load, saying so; saved
+// again they get one.
+TEST(Files, OlderBinaryFilesWithoutAChecksumLoadWithANote) {
+  std::string dir = TempDir("old");
+  tuning::Database old = SampleDb().proto();
+  old.set_schema_version(1);
+  WriteBytes(dir + "/old.kdb", old.SerializeAsString());
+  absl::StatusOr<TuningDb> db = TuningDb::Load(dir + "/old.kdb");
+  ASSERT_TRUE(db.ok()) << db.status();
+  ExpectSame(SampleDb(), *db);
+  EXPECT_THAT(db->unchecked(), HasSubstr("without a checksum"));
+  ASSERT_TRUE(db->SaveMerged(dir + "/old.kdb").ok());
+  absl::StatusOr<TuningDb> again = TuningDb::Load(dir + "/old.kdb");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->unchecked(), "");
+  EXPECT_EQ(again->proto().schema_version(), kSchemaVersion);
+  // A schema 2 file without its checksum is damaged, not old.
+  tuning::Database stripped = SampleDb().proto();
+  WriteBytes(dir + "/stripped.kdb", stripped.SerializeAsString());
+  ExpectDataLoss(dir + "/stripped.kdb", "no checksum");
+}
+
+// A table reached through a symbolic link is locked and replaced where it
+// lives: the link stays a link.
+TEST(Files, SavesThroughALinkReplaceItsTarget) {
+  std::string dir = TempDir("link");
+  std::filesystem::create_directory(dir + "/real");
+  ASSERT_TRUE(SampleDb().Save(dir + "/real/t.kdb").ok());
+  std::filesystem::create_symlink("real/t.kdb", dir + "/link.kdb");
+  std::filesystem::create_symlink(dir + "/link.kdb", dir + "/link2.kdb");  // a link to a link
+  TuningDb more;
+  more.AddTrial(Key(1, 10, 1), Sort("partial_sort", 5));
+  ASSERT_TRUE(more.SaveMerged(dir + "/link2.kdb").ok());
+  ASSERT_TRUE(more.Save(dir + "/link.kdb").ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(dir + "/link.kdb"));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir + "/link2.kdb"));
+  EXPECT_THAT(Listing(dir + "/real"), ElementsAre("t.kdb", "t.kdb.lock"));
+  absl::StatusOr<TuningDb> back = TuningDb::Load(dir + "/real/t.kdb");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_NE(back->FindEntry(Key(1, 10, 1)), nullptr);
+  // A dangling link: the table is made where it points.
+  std::filesystem::create_symlink("real/new.kdb", dir + "/dangling.kdb");
+  ASSERT_TRUE(more.Save(dir + "/dangling.kdb").ok());
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir + "/real/new.kdb"));
+  // A loop of links is an error.
+  std::filesystem::create_symlink("loop_b", dir + "/loop_a");
+  std::filesystem::create_symlink("loop_a", dir + "/loop_b");
+  EXPECT_THAT(more.Save(dir + "/loop_a").message(), HasSubstr("symbolic links"));
+}
+
+// What is not a regular file is refused at once: reading a FIFO would wait
+// for a writer forever.
+TEST(Files, AFifoOrAFolderIsNotATable) {
+  std::string dir = TempDir("fifo");
+  ASSERT_EQ(mkfifo((dir + "/fifo.kdb").c_str(), 0600), 0);
+  absl::StatusOr<TuningDb> db = TuningDb::Load(dir + "/fifo.kdb");
+  EXPECT_THAT(db.status().message(), HasSubstr("fifo.kdb: not a regular file"));
+  EXPECT_THAT(SampleDb().Save(dir + "/fifo.kdb").message(), HasSubstr("not a regular file"));
+  EXPECT_THAT(SampleDb().SaveMerged(dir).message(), HasSubstr("not a regular file"));
+}
+
+// A table this user may not write is not replaced through a writable
+// folder (here a world-writable one); one it may write keeps its owner,
+// group and mode.
+TEST(Files, ReadOnlyTablesAreNotReplaced) {
+  std::string dir = TempDir("readonly");
+  std::filesystem::permissions(dir, std::filesystem::perms(0777));
+  ASSERT_TRUE(SampleDb().Save(dir + "/t.kdb").ok());
+  std::filesystem::permissions(dir + "/t.kdb", std::filesystem::perms(0444));
+  const std::string before = ReadBytes(dir + "/t.kdb");
+  auto refused = [&] {
+    absl::Status s = SampleDb().SaveMerged(dir + "/t.kdb");
+    return s.code() == absl::StatusCode::kPermissionDenied && absl::StrContains(s.message(), "may not write");
+  };
+  if (geteuid() != 0) {
+    EXPECT_TRUE(refused());
+    EXPECT_EQ(ReadBytes(dir + "/t.kdb"), before);
+  } else {
+    // Root may write any file: the refusal is tried as user nobody (in a
+    // child), on root's read-only table.
+    const pid_t child = fork();
+    if (child == 0) {
+      _exit(setgid(65534) == 0 && setuid(65534) == 0 && refused() ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_EQ(ReadBytes(dir + "/t.kdb"), before);
+    // What root replaces keeps its owner, group and mode.
+    ASSERT_EQ(chown((dir + "/t.kdb").c_str(), 65534, 65534), 0);
+    ASSERT_TRUE(SampleDb().Save(dir + "/t.kdb").ok());
+    struct stat st;
+    ASSERT_EQ(stat((dir + "/t.kdb").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 65534u);
+    EXPECT_EQ(st.st_gid, 65534u);
+    EXPECT_EQ(st.st_mode & 07777, 0444u);
+  }
 }
 
 TEST(Files, SaveIsAtomicAndLeavesNoTemporaries) {

@@ -1,6 +1,7 @@
 // TuningDb: machines, keys, configurations, and the database itself (files,
 // recording, merging, printing). The run-time lookup is in lut.cc.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <fstream>
 #include <thread>
@@ -146,10 +147,15 @@ class FirstError : public google::protobuf::io::ErrorCollector {
   std::string error;
 };
 
+// The checksum field's tag (field 16, fixed64) and its size with the value.
+constexpr char kChecksumTag[2] = {'\x81', '\x01'};
+constexpr size_t kChecksumBytes = 10;
+
 // Parses one format; "" on success, else why not.
 std::string ParseAs(FileFormat format, absl::string_view bytes, tuning::Database* db) {
   db->Clear();
   if (format == FileFormat::kBinary) {
+    if (bytes.size() > static_cast<size_t>(INT_MAX)) return "larger than 2 GiB";
     // Malformed UTF-8 in a string field makes protobuf log; a corrupt file is
     // an error we return, not a log line.
     google::protobuf::LogSilencer silence;
@@ -157,6 +163,16 @@ std::string ParseAs(FileFormat format, absl::string_view bytes, tuning::Database
       return "not a binary protobuf Database";
     }
     if (!db->has_entry_count()) return "no entry_count trailer (truncated?)";
+    if (db->schema_version() < 2) return "";  // older files carry no checksum
+    // The checksum is the last field: the hash of every byte before it.
+    const size_t body = bytes.size() - std::min(bytes.size(), kChecksumBytes);
+    if (!db->has_checksum() || bytes.size() < kChecksumBytes ||
+        bytes.substr(body, 2) != absl::string_view(kChecksumTag, 2)) {
+      return "no checksum at its end (cut short or changed)";
+    }
+    if (Fnv1a(bytes.substr(0, body)) != db->checksum()) {
+      return "checksum mismatch (the file was changed or damaged after it was written)";
+    }
     return "";
   }
   google::protobuf::TextFormat::Parser parser;
@@ -165,6 +181,25 @@ std::string ParseAs(FileFormat format, absl::string_view bytes, tuning::Database
   google::protobuf::io::ArrayInputStream in(bytes.data(), static_cast<int>(bytes.size()));
   if (!parser.Parse(&in, db)) return errors.error.empty() ? "not text format" : errors.error;
   return "";
+}
+
+// `db` in binary with the checksum trailer.
+std::string BinaryBytes(const tuning::Database& db) {
+  std::string bytes = db.SerializeAsString();
+  const uint64_t sum = Fnv1a(bytes);
+  bytes.append(kChecksumTag, 2);
+  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((sum >> (8 * i)) & 0xff));
+  return bytes;
+}
+
+// `db` as the file `path` holds it: text or binary by its extension.
+absl::StatusOr<std::string> FileBytes(const tuning::Database& db, const std::string& path) {
+  if (FormatForPath(path) == FileFormat::kBinary) return BinaryBytes(db);
+  std::string text;
+  if (!google::protobuf::TextFormat::PrintToString(db, &text)) {
+    return absl::InternalError(absl::StrCat("cannot print ", path, " as text"));
+  }
+  return text;
 }
 
 }  // namespace
@@ -355,6 +390,7 @@ absl::StatusOr<TuningDb> TuningDb::Parse(absl::string_view bytes, absl::string_v
     if (other_why.empty() && other.schema_version() != 0) {
       db = std::move(other);
       why.clear();
+      first = second;  // the format it is in
     } else if (why.empty()) {
       why = "no schema_version";
     } else {
@@ -367,9 +403,14 @@ absl::StatusOr<TuningDb> TuningDb::Parse(absl::string_view bytes, absl::string_v
     return loss(absl::StrCat("entry_count says ", db.entry_count(), " entries, the file holds ",
                              db.entries_size(), " (truncated?)"));
   }
+  const bool unchecked = first == FileFormat::kBinary && db.schema_version() < 2;
   // Parsed strings are valid UTF-8 already (protobuf checks): no sanitizing.
   absl::StatusOr<TuningDb> out = Adopt(std::move(db));
   if (!out.ok()) return absl::DataLossError(absl::StrCat(name, ": ", out.status().message()));
+  if (unchecked) {
+    out->unchecked_ = absl::StrCat(name, ": written by an older kreg (schema 1) without a checksum, so damage to "
+                                   "it cannot be detected; it gets one when next saved");
+  }
   return out;
 }
 
@@ -445,40 +486,35 @@ absl::Status TuningDb::Save(const std::string& path, const SaveOptions& options)
     }
     db = &slim;
   }
-  std::string bytes;
-  if (FormatForPath(path) == FileFormat::kText) {
-    if (!google::protobuf::TextFormat::PrintToString(*db, &bytes)) {
-      return absl::InternalError(absl::StrCat("cannot print ", path, " as text"));
-    }
-  } else if (!db->SerializeToString(&bytes)) {
-    return absl::InternalError(absl::StrCat("cannot serialise ", path));
-  }
-  absl::StatusOr<internal::FileLock> lock = internal::FileLock::Acquire(path);
+  absl::StatusOr<std::string> file = internal::ResolvePath(path);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<std::string> bytes = FileBytes(*db, *file);
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<internal::FileLock> lock = internal::FileLock::Acquire(*file);
   if (!lock.ok()) return lock.status();
-  internal::RemoveStaleTemporaries(path);
-  return internal::AtomicWrite(path, bytes);
+  internal::RemoveStaleTemporaries(*file);
+  return internal::AtomicWrite(*file, *bytes);
 }
 
 absl::Status TuningDb::SaveMerged(const std::string& path) {
-  absl::StatusOr<internal::FileLock> lock = internal::FileLock::Acquire(path);
+  absl::StatusOr<std::string> file = internal::ResolvePath(path);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<internal::FileLock> lock = internal::FileLock::Acquire(*file);
   if (!lock.ok()) return lock.status();
-  internal::RemoveStaleTemporaries(path);
-  absl::StatusOr<TuningDb> current = Load(path);
+  internal::RemoveStaleTemporaries(*file);
+  absl::StatusOr<TuningDb> current = Load(*file);
   if (!current.ok() && !absl::IsNotFound(current.status())) return current.status();
   TuningDb merged = current.ok() ? *std::move(current) : TuningDb();
   merged.MergeFrom(*this);
-  std::string bytes;
-  if (FormatForPath(path) == FileFormat::kText) {
-    if (!google::protobuf::TextFormat::PrintToString(merged.db_, &bytes)) {
-      return absl::InternalError(absl::StrCat("cannot print ", path, " as text"));
-    }
-  } else if (!merged.db_.SerializeToString(&bytes)) {
-    return absl::InternalError(absl::StrCat("cannot serialise ", path));
-  }
-  if (absl::Status s = internal::AtomicWrite(path, bytes); !s.ok()) return s;
+  absl::StatusOr<std::string> bytes = FileBytes(merged.db_, *file);
+  if (!bytes.ok()) return bytes.status();
+  if (absl::Status s = internal::AtomicWrite(*file, *bytes); !s.ok()) return s;
+  merged.unchecked_.clear();
   *this = std::move(merged);
   return absl::OkStatus();
 }
+
+std::string TuningDb::ToBinary() const { return BinaryBytes(db_); }
 
 // ---- Recording -------------------------------------------------------------------
 

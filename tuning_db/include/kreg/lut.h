@@ -51,8 +51,9 @@
 
 namespace kreg {
 
-// The newest schema_version this kreg reads; the one it writes.
-inline constexpr uint32_t kSchemaVersion = 1;
+// The newest schema_version this kreg reads; the one it writes. 2: binary
+// files end with a checksum (version 1 files still load, unchecked).
+inline constexpr uint32_t kSchemaVersion = 2;
 
 // ---- Machines ---------------------------------------------------------------
 
@@ -139,7 +140,15 @@ class TuningDb {
   // (the Lut does, against the registry's ops).
   static absl::StatusOr<TuningDb> FromProto(tuning::Database database);
 
-  // Writes atomically (binary, or text for a text extension).
+  // Binary protobuf with the checksum trailer: what Save writes for a
+  // binary path, and what Parse checks.
+  std::string ToBinary() const;
+  // Why the file it was loaded from could not be checked ("" if it could,
+  // or for text files): a binary file of schema 1 carries no checksum.
+  const std::string& unchecked() const { return unchecked_; }
+
+  // Writes atomically (binary, or text for a text extension). Symbolic
+  // links are followed: the file they end at is locked and replaced.
   absl::Status Save(const std::string& path, const SaveOptions& options = {}) const;
 
   // Under the file lock: re-reads `path` if it exists, merges this database
@@ -217,6 +226,7 @@ class TuningDb {
   void Reindex();
 
   tuning::Database db_;
+  std::string unchecked_;
   absl::flat_hash_map<std::string, int> entries_;  // key id -> index in entries
   std::vector<EntryIndex> index_;                  // parallel to db_.entries()
 };
