@@ -71,7 +71,7 @@ TEST(TuneTest, CrashesHangsAndWrongResultsAreRecordedAndTheBestStillWins) {
   Result r = Kreg("tune topk --dims batch=4,n=2000,k=10 --variants faulty --strategy exhaustive --reps 3 "
                   "--timeout 2 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("5 candidates, 5 measured, 0 reused, 3 failed"));
+  EXPECT_THAT(r.out, HasSubstr("7 candidates, 7 measured, 0 reused, 5 failed"));
   absl::StatusOr<TuningDb> table = TuningDb::Load(db);
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_EQ(table->size(), 1u);
@@ -81,10 +81,38 @@ TEST(TuneTest, CrashesHangsAndWrongResultsAreRecordedAndTheBestStillWins) {
   EXPECT_EQ(Trial(*table, "crash")->status(), tuning::Trial::CRASHED);
   EXPECT_THAT(Trial(*table, "crash")->error(), HasSubstr("signal 11"));
   EXPECT_EQ(Trial(*table, "hang")->status(), tuning::Trial::TIMED_OUT);
+  EXPECT_EQ(Trial(*table, "killed")->status(), tuning::Trial::CRASHED);
+  EXPECT_EQ(Trial(*table, "killed")->signal(), SIGKILL);
+  EXPECT_EQ(Trial(*table, "greedy"), nullptr);  // an error (no workspace) is not kept
+  EXPECT_THAT(r.out, HasSubstr("cannot allocate 18446744073709551605 bytes of workspace"));
   const tuning::Entry& entry = table->proto().entries(0);
   EXPECT_EQ(entry.best().config().params(0).choice(), "ok");
   EXPECT_EQ(entry.runner_up().config().params(0).choice(), "slow");
   EXPECT_EQ(entry.strategy(), "exhaustive");
+}
+
+// A stored failure the environment may have caused is measured again by the
+// next sweep: a crash by SIGKILL (the OOM killer's signal), and a crash or
+// timeout under another thread count. The kernel's own crash (SIGSEGV) and
+// wrong result are kept.
+TEST(TuneTest, FailuresTheEnvironmentMayHaveCausedAreTriedAgain) {
+  const std::string db = Db("environment");
+  const std::string args =
+      "tune topk --dims batch=4,n=2000,k=10 --variants faulty --strategy exhaustive --reps 3 --timeout 1 --db " + db;
+  Result r = Kreg(args);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("7 candidates, 7 measured, 0 reused"));
+  r = Kreg(args);  // killed and greedy (not kept) again
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("7 candidates, 2 measured, 5 reused"));
+  r = Kreg(args + " --threads 1");  // crash, hang and killed were measured on all cores; greedy
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("7 candidates, 4 measured, 3 reused"));
+  absl::StatusOr<TuningDb> table = TuningDb::Load(db);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(Trial(*table, "crash")->threads(), 1);
+  EXPECT_EQ(Trial(*table, "crash")->signal(), SIGSEGV);
+  EXPECT_EQ(Trial(*table, "wrong")->threads(), 0);
 }
 
 // A collective tuned on thread ranks: every rank runs each candidate at
@@ -404,8 +432,8 @@ bool WaitForTrial(const std::string& db, const std::string& mode) {
 
 TEST(TuneTest, ASweepKilledMidwayResumesFromItsCheckpoint) {
   const std::string db = Db("killed");
-  // Exhaustive order is the declared one: ok, slow, wrong, crash, hang. Kill
-  // it while it waits on the hang.
+  // Exhaustive order is the declared one: ok, slow, wrong, crash, hang,
+  // killed, greedy. Kill it while it waits on the hang.
   const std::string args = "tune topk --dims batch=4,n=2000,k=10 --variants faulty --strategy exhaustive --reps 3 --db " + db;
   pid_t pid = Spawn(args + " --timeout 60");
   ASSERT_TRUE(WaitForTrial(db, "crash"));
@@ -416,7 +444,7 @@ TEST(TuneTest, ASweepKilledMidwayResumesFromItsCheckpoint) {
   EXPECT_EQ(Trial(*table, "hang"), nullptr);
   Result r = Kreg(args + " --timeout 2");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("5 candidates, 1 measured, 4 reused"));
+  EXPECT_THAT(r.out, HasSubstr("7 candidates, 3 measured, 4 reused"));
 }
 
 TEST(TuneTest, CtrlCStopsCleanlyAndLeavesAValidTable) {

@@ -40,6 +40,11 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Pairs(const std
     if (eq == 0 || eq == std::string::npos || eq + 1 == item.size()) {
       return absl::InvalidArgumentError(absl::StrCat("--", flag, " '", item, "': expected NAME=VALUE"));
     }
+    for (const auto& [name, unused] : out) {
+      if (name == item.substr(0, eq)) {
+        return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", name, "=... is given twice"));
+      }
+    }
     out.emplace_back(item.substr(0, eq), item.substr(eq + 1));
   }
   return out;

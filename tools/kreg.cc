@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <new>
@@ -635,7 +636,8 @@ int Fail(const std::string& command, absl::string_view message, int code) {
 
 // A validator for a number flag: an integer (or any number) of at least
 // `min`, or more than `min` when not `inclusive`.
-CLI::Validator Number(double min, bool integer, bool inclusive = true) {
+CLI::Validator Number(double min, bool integer, bool inclusive = true,
+                       double max = std::numeric_limits<double>::infinity()) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
         double v = 0;
@@ -647,6 +649,7 @@ CLI::Validator Number(double min, bool integer, bool inclusive = true) {
         if (inclusive ? v < min : v <= min) {
           return absl::StrCat("must be ", inclusive ? "at least " : "more than ", min, ", got ", text);
         }
+        if (v > max) return absl::StrCat("must be at most ", max, ", got ", text);
         return std::string();
       },
       "");
@@ -694,10 +697,12 @@ void AddMeasure(CLI::App* c, Flags& f) {
       ->option_text("N")
       ->capture_default_str()
       ->check(Number(1, true));
-  c->add_option("--threads", f.threads, "threads per kernel run (0: all cores)")
+  // oneTBB fails outright on absurd counts; 1024 is well past any machine
+  // kreg tunes for (oversubscribing a small one stays possible).
+  c->add_option("--threads", f.threads, "threads per kernel run (0: all cores; at most 1024)")
       ->option_text("N")
       ->capture_default_str()
-      ->check(Number(0, true));
+      ->check(Number(0, true, true, 1024));
 }
 void AddComm(CLI::App* c, Flags& f) {
   c->add_option("--ranks", f.ranks, "collective ops: run on N ranks, threads of this process")

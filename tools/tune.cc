@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "kreg/autotune.h"
 #include "kreg/comm.h"
@@ -188,6 +189,7 @@ absl::Status Tune(const Flags& flags) {
 
   const std::string interrupted_message = absl::StrCat(
       "interrupted; every finished measurement is in ", flags.db, "; run the same command again to resume");
+  std::vector<std::string> nothing_ran;  // keys no candidate succeeded for
   for (NamedValues& values : problems) {
     TuneRequest request = base;
     request.values = std::move(values);
@@ -197,6 +199,7 @@ absl::Status Tune(const Flags& flags) {
     printer.Done();
     if (interrupted || (result.ok() && result->stopped)) return absl::CancelledError(interrupted_message);
     if (!result.ok()) return result.status();
+    if (!result->entry.has_best()) nothing_ran.push_back(KeyString(result->key));
     if (!reports) continue;
     const TuneResult& r = *result;
     if (flags.json) {
@@ -214,6 +217,11 @@ absl::Status Tune(const Flags& flags) {
                                            r.seconds, StrategyName(*strategy),
                                            r.complete ? "" : "  (incomplete: the budget ran out)"))
               << std::flush;
+  }
+  if (!nothing_ran.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no candidate succeeded for ", absl::StrJoin(nothing_ran, "; "), " (every failure is recorded in ", flags.db,
+        ": kreg db show ", flags.db, ")"));
   }
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <ctime>
 #include <map>
 #include <memory>
@@ -174,7 +175,7 @@ class Sweep {
     // Resume: a stored result of this (variant, version, config) is reused;
     // only full measurements and a candidate's own failures are stored.
     if (const tuning::Trial* t = db_->FindTrial(key_, c.kernel->variant(), c.kernel->version(), proto_config);
-        t != nullptr) {
+        t != nullptr && !MayHaveBeenTheEnvironment(*t)) {
       m.status = FromProto(t->status());
       m.median_ns = t->median_ns();
       m.min_ns = t->min_ns();
@@ -190,6 +191,7 @@ class Sweep {
         in_flight.set_status(tuning::Trial::CRASHED);
         in_flight.set_error("in flight when the MPI job ended (under MPI a crash ends the job)");
         in_flight.set_measured_at(std::time(nullptr));
+        in_flight.set_threads(request_.threads);
         db_->AddTrial(key_, in_flight);
         Checkpoint();
       }
@@ -213,6 +215,8 @@ class Sweep {
         trial.set_status(ToProto(m.status));
         trial.set_error(m.error);
         trial.set_measured_at(std::time(nullptr));
+        trial.set_threads(request_.threads);
+        trial.set_signal(m.signal);
         db_->AddTrial(key_, trial);
         Checkpoint();
       }
@@ -225,6 +229,19 @@ class Sweep {
     }
     Report();
     return m;
+  }
+
+  // Whether stored failure `t` may say more about the environment than about
+  // the kernel, so this sweep measures it again instead of reusing it: a
+  // crash by a signal a kernel does not raise at itself (SIGKILL from the
+  // OOM killer, SIGTERM, SIGINT, SIGHUP from a person), or a crash or
+  // timeout with another thread count than this sweep's.
+  bool MayHaveBeenTheEnvironment(const tuning::Trial& t) const {
+    const bool crash = t.status() == tuning::Trial::CRASHED, timeout = t.status() == tuning::Trial::TIMED_OUT;
+    if (crash && (t.signal() == SIGKILL || t.signal() == SIGTERM || t.signal() == SIGINT || t.signal() == SIGHUP)) {
+      return true;
+    }
+    return (crash || timeout) && t.threads() != request_.threads;
   }
 
   // A trial of candidate c, not yet measured.
@@ -403,6 +420,9 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   // generated inputs needs real ones.
   ShapeArgs shape;
   if (absl::Status s = MakeShapeArgs(op, *values, options, &shape); !s.ok()) return s;
+  // A problem too large for this machine fails once, here, not in every
+  // candidate's worker.
+  if (absl::Status s = FitsInMemory(op, *values, options); !s.ok()) return s;
   std::string data_class = request.data_class;
   if (data_class.empty() && op.collective()) {
     data_class = request.comm != nullptr ? CollectiveDataClass(*request.comm) : CollectiveDataClass("threads", 1);

@@ -25,6 +25,7 @@
 #include "kreg/npy.h"
 #include "kreg/registry.h"
 #include "kreg/worker.pb.h"
+#include "worker_protocol.h"
 
 #ifndef KREG_WORKER_INSTALL_PATH
 #define KREG_WORKER_INSTALL_PATH "/usr/local/libexec/kreg/kreg-worker"
@@ -36,14 +37,10 @@
 extern char** environ;
 
 namespace kreg {
-namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // ---- Framing: a varint length, then the message -----------------------------
 
-// A message larger than this is taken for garbage rather than waited for.
-constexpr uint64_t kMaxMessageBytes = uint64_t{256} << 20;
+namespace internal {
 
 std::string Frame(const google::protobuf::MessageLite& message) {
   const std::string body = message.SerializeAsString();
@@ -56,9 +53,6 @@ std::string Frame(const google::protobuf::MessageLite& message) {
   return out + body;
 }
 
-enum class Unframe { kMessage, kMore, kBad };
-
-// Takes one framed message off the front of *buffer into *message.
 Unframe TakeMessage(std::string* buffer, google::protobuf::MessageLite* message) {
   uint64_t size = 0;
   size_t i = 0;
@@ -75,6 +69,15 @@ Unframe TakeMessage(std::string* buffer, google::protobuf::MessageLite* message)
   buffer->erase(0, i + 1 + size);
   return ok ? Unframe::kMessage : Unframe::kBad;
 }
+
+}  // namespace internal
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using internal::Frame;
+using internal::TakeMessage;
+using internal::Unframe;
 
 bool WriteAll(int fd, const std::string& s) {
   size_t done = 0;
@@ -148,6 +151,66 @@ std::string CandidateKey(const std::string& name, const Params& params) {
 }
 
 }  // namespace
+
+// ---- Reading answers and checking candidates ----------------------------------
+
+namespace internal {
+
+Measurement MeasurementFromReply(const worker::Reply& reply) {
+  Measurement m;
+  if (!reply.has_done()) {
+    m.error = "the worker answered a measurement with a legality check";
+    return m;
+  }
+  const worker::Reply::Done& done = reply.done();
+  m.status = FromProto(done.status());
+  m.median_ns = done.median_ns();
+  m.min_ns = done.min_ns();
+  m.max_ns = done.max_ns();
+  m.reps = done.reps();
+  m.error = done.error();
+  return m;
+}
+
+std::vector<Legality> LegalityFromReply(const worker::Reply& reply, size_t expected) {
+  std::vector<Legality> out(expected);
+  if (!reply.has_checked() || static_cast<size_t>(reply.checked().legality_size()) != expected) {
+    for (Legality& l : out) {
+      l = {TrialStatus::kError, "the worker's answer to a legality check does not match the request"};
+    }
+    return out;
+  }
+  for (size_t i = 0; i < expected; ++i) {
+    const worker::Reply::Legality& l = reply.checked().legality(static_cast<int>(i));
+    out[i].status = l.legal() ? TrialStatus::kOk : l.error() ? TrialStatus::kError : TrialStatus::kIllegal;
+    out[i].why = l.legal() ? "" : l.why();
+  }
+  return out;
+}
+
+void AnswerCheck(const Registry& registry, const worker::Request::Check& check, const kreg_args& args,
+                 worker::Reply::Checked* checked) {
+  absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry.Get(check.kernel());
+  for (const worker::Candidate& candidate : check.candidates()) {
+    worker::Reply::Legality* legality = checked->add_legality();
+    if (!kernel.ok()) {
+      legality->set_error(true);
+      legality->set_why(std::string(kernel.status().message()));
+      continue;
+    }
+    if (!(*kernel)->available()) {
+      legality->set_why(absl::StrCat((*kernel)->name(), " needs ",
+                                     IsaString((*kernel)->required_isa() & ~CpuIsa()), ", which this CPU lacks"));
+      continue;
+    }
+    absl::StatusOr<Config> config = (*kernel)->ParseConfig(FromPairs(candidate.params()));
+    absl::Status s = config.ok() ? (*kernel)->Check(*config, args) : config.status();
+    legality->set_legal(s.ok());
+    if (!s.ok()) legality->set_why(std::string(s.message()));
+  }
+}
+
+}  // namespace internal
 
 void WorkerJob::ToProto(worker::Job* out) const {
   out->Clear();
@@ -354,6 +417,7 @@ void IsolatedRunner::Kill() {
 }
 
 std::string IsolatedRunner::ExitReason() {
+  exit_signal_ = 0;
   // It closed its output; give it a moment to exit, then make sure.
   int status = 0;
   pid_t r = 0;
@@ -372,6 +436,7 @@ std::string IsolatedRunner::ExitReason() {
   pid_ = -1;
   if (r <= 0) return "worker vanished";
   if (WIFSIGNALED(status)) {
+    exit_signal_ = WTERMSIG(status);
     return absl::StrCat("worker killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
   }
   return absl::StrCat("worker exited with status ", WEXITSTATUS(status));
@@ -510,20 +575,13 @@ Measurement IsolatedRunner::Measure(const std::string& name, const Params& param
   if (!a.ok) {
     m.error = a.why;
     if (fatal_.empty() && a.lost == Lost::kTimedOut) m.status = TrialStatus::kTimedOut;
-    if (fatal_.empty() && a.lost == Lost::kDied) m.status = TrialStatus::kCrashed;
+    if (fatal_.empty() && a.lost == Lost::kDied) {
+      m.status = TrialStatus::kCrashed;
+      m.signal = exit_signal_;
+    }
     return m;
   }
-  if (!reply.has_done()) {
-    m.error = "the worker answered a measurement with a legality check";
-    return m;
-  }
-  const worker::Reply::Done& done = reply.done();
-  m.status = FromProto(done.status());
-  m.median_ns = done.median_ns();
-  m.min_ns = done.min_ns();
-  m.max_ns = done.max_ns();
-  m.reps = done.reps();
-  m.error = done.error();
+  m = internal::MeasurementFromReply(reply);
   if (m.ok()) verified_.insert(key);
   return m;
 }
@@ -553,15 +611,7 @@ std::vector<Legality> IsolatedRunner::CheckLegal(const std::string& name, const 
     }
     return all(TrialStatus::kError, a.why);
   }
-  if (!reply.has_checked() || static_cast<size_t>(reply.checked().legality_size()) != configs.size()) {
-    return all(TrialStatus::kError, "the worker's answer to a legality check does not match the request");
-  }
-  for (size_t i = 0; i < configs.size(); ++i) {
-    const worker::Reply::Legality& l = reply.checked().legality(static_cast<int>(i));
-    out[i].status = l.legal() ? TrialStatus::kOk : l.error() ? TrialStatus::kError : TrialStatus::kIllegal;
-    out[i].why = l.legal() ? "" : l.why();
-  }
-  return out;
+  return internal::LegalityFromReply(reply, configs.size());
 }
 
 // ---- The worker's side ------------------------------------------------------
@@ -692,24 +742,7 @@ int WorkerMain(int in_fd, int protocol_fd) {
       reply.Clear();
       worker::Reply::Checked* checked = reply.mutable_checked();
       checked->set_id(check.id());
-      absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry.Get(check.kernel());
-      for (const worker::Candidate& candidate : check.candidates()) {
-        worker::Reply::Legality* legality = checked->add_legality();
-        if (!kernel.ok()) {
-          legality->set_error(true);
-          legality->set_why(std::string(kernel.status().message()));
-          continue;
-        }
-        if (!(*kernel)->available()) {
-          legality->set_why(absl::StrCat((*kernel)->name(), " needs ",
-                                         IsaString((*kernel)->required_isa() & ~CpuIsa()), ", which this CPU lacks"));
-          continue;
-        }
-        absl::StatusOr<Config> config = (*kernel)->ParseConfig(FromPairs(candidate.params()));
-        absl::Status s = config.ok() ? (*kernel)->Check(*config, *problems[0][0]->args()) : config.status();
-        legality->set_legal(s.ok());
-        if (!s.ok()) legality->set_why(std::string(s.message()));
-      }
+      internal::AnswerCheck(registry, check, *problems[0][0]->args(), checked);
       send(reply);
       continue;
     }

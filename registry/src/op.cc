@@ -581,6 +581,17 @@ absl::StatusOr<TensorTypes> Op::ResolveTypes(const std::map<std::string, DType>&
         return bad(absl::StrCat("input '", t.name, "' takes ", DTypeSetString(t.dtypes), ", the file holds ",
                                 DTypeName(g->second)));
       }
+      // A --dtype for this input (by name, or for every free dtype) must be
+      // what its file holds.
+      auto r = requested.find(t.name);
+      if (r == requested.end() && t.free_dtype()) r = requested.find("");
+      if (r != requested.end()) {
+        if (r->second != g->second) {
+          return bad(absl::StrCat("--dtype ", DTypeName(r->second), " contradicts input '", t.name,
+                                  "', whose file holds ", DTypeName(g->second)));
+        }
+        any_takes_default = true;
+      }
       types[i] = g->second;
     } else if (auto r = requested.find(t.name); r != requested.end()) {
       types[i] = r->second;

@@ -281,8 +281,10 @@ absl::StatusOr<Config> ParamSpace::Parse(const std::vector<std::pair<std::string
       if (!absl::SimpleAtoi(text, &v.value)) return bad(absl::StrCat("'", text, "' is not an integer"));
     } else if (p.kind == KREG_PARAM_INT_LIST) {
       v.list.clear();
-      for (absl::string_view item : absl::StrSplit(text, absl::ByAnyChar(",:"), absl::SkipEmpty())) {
+      // Every item an integer: "", "5,,8" and "5," are refused alike.
+      for (absl::string_view item : absl::StrSplit(text, absl::ByAnyChar(",:"))) {
         int64_t x;
+        if (item.empty()) return bad(absl::StrCat("'", text, "' has an empty item (expected integers, e.g. 5,8,12)"));
         if (!absl::SimpleAtoi(item, &x)) return bad(absl::StrCat("'", item, "' is not an integer"));
         v.list.push_back(x);
       }

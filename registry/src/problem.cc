@@ -1,11 +1,14 @@
 #include "kreg/problem.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kreg/registry.h"
 
 namespace kreg {
@@ -156,6 +159,37 @@ void FillRanges(Tensor* starts, Tensor* ends, int64_t n, uint64_t seed) {
 
 bool SameBits(const void* a, const void* b, size_t size) { return std::memcmp(a, b, size) == 0; }
 
+// The bytes of the tensors of a completed problem, each once; an error if
+// they overflow (with the copies a check keeps) or exceed this machine's
+// memory, where allocating would only fail later, or swap.
+absl::StatusOr<size_t> TensorBytes(const Op& op, const Values& values, const TensorTypes& types) {
+  const auto& infos = op.tensors();
+  size_t total = 0, least = 0;  // with the copies a check keeps; each tensor once
+  for (size_t i = 0; i < infos.size(); ++i) {
+    if (!types[i]) continue;
+    absl::StatusOr<size_t> bytes = CheckedBytes(*types[i], op.ShapeOf(static_cast<int>(i), values));
+    if (!bytes.ok()) {
+      return absl::Status(bytes.status().code(), absl::StrCat(op.name(), ": ", infos[i].name, ": ",
+                                                              bytes.status().message()));
+    }
+    // In-out tensors are kept twice (initial contents), outputs three times
+    // at most (the reference's copy).
+    const size_t copies = infos[i].role == KREG_ROLE_IN ? 1 : 3;
+    if (*bytes > (SIZE_MAX - total) / copies) {
+      return absl::ResourceExhaustedError(absl::StrCat(op.name(), ": the problem's tensors exceed the address space"));
+    }
+    total += *bytes * copies;
+    least += *bytes;
+  }
+  const size_t memory = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGE_SIZE));
+  if (least > memory) {
+    return absl::ResourceExhaustedError(absl::StrFormat("%s: the problem's tensors take %.1f GiB, more than this "
+                                                        "machine's %.1f GiB of memory",
+                                                        op.name(), least / 1073741824.0, memory / 1073741824.0));
+  }
+  return least;
+}
+
 }  // namespace
 
 absl::Status MakeShapeArgs(const Op& op, const Values& given_values, const ProblemOptions& options,
@@ -171,6 +205,21 @@ absl::Status MakeShapeArgs(const Op& op, const Values& given_values, const Probl
   if (!types.ok()) return types.status();
   if (absl::Status s = op.DimsFromInputs(given, &values); !s.ok()) return s;
   return op.MakeShapeArgs(values, *types, out);
+}
+
+absl::Status FitsInMemory(const Op& op, const Values& given_values, const ProblemOptions& options) {
+  Values values = given_values;
+  std::map<std::string, const Tensor*> given;
+  std::map<std::string, DType> given_types;
+  for (const auto& [name, t] : options.inputs) {
+    given[name] = &t;
+    given_types[name] = t.dtype();
+  }
+  absl::StatusOr<TensorTypes> types = op.ResolveTypes(options.dtypes, options.with, given_types);
+  if (!types.ok()) return types.status();
+  if (absl::Status s = op.DimsFromInputs(given, &values); !s.ok()) return s;
+  if (absl::Status s = op.Complete(&values); !s.ok()) return s;
+  return TensorBytes(op, values, *types).status();
 }
 
 absl::StatusOr<std::string> DataClassOf(const Op& op, const kreg_args& args, const ProblemOptions& options,
@@ -199,21 +248,9 @@ absl::StatusOr<std::unique_ptr<Problem>> Problem::Make(std::shared_ptr<const Op>
   if (absl::Status s = op.Complete(&values); !s.ok()) return s;
 
   // Every size is checked before anything is allocated.
+  absl::StatusOr<size_t> least = TensorBytes(op, values, *types);
+  if (!least.ok()) return least.status();
   const auto& infos = op.tensors();
-  size_t total = 0;
-  for (size_t i = 0; i < infos.size(); ++i) {
-    if (!(*types)[i]) continue;
-    absl::StatusOr<size_t> bytes = CheckedBytes(*(*types)[i], op.ShapeOf(static_cast<int>(i), values));
-    if (!bytes.ok()) {
-      return absl::Status(bytes.status().code(), absl::StrCat(op.name(), ": ", infos[i].name, ": ",
-                                                              bytes.status().message()));
-    }
-    // In-out tensors are kept twice (initial contents), outputs three times
-    // at most (the reference's copy).
-    const size_t copies = infos[i].role == KREG_ROLE_IN ? 1 : 3;
-    if (*bytes > (SIZE_MAX - total) / copies) return absl::ResourceExhaustedError(absl::StrCat(op.name(), ": the problem's tensors exceed the address space"));
-    total += *bytes * copies;
-  }
 
   if (op.collective()) {
     if (options.comm == nullptr) {
@@ -245,7 +282,8 @@ absl::StatusOr<std::unique_ptr<Problem>> Problem::Make(std::shared_ptr<const Op>
       }
     }
   } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat(op.name(), ": out of memory for the problem's tensors"));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%s: out of memory for the problem's tensors (%.1f GiB)", op.name(), *least / 1073741824.0));
   }
   // Random inputs by each tensor's generator hint.
   Tensor* range_start = nullptr;

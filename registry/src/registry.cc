@@ -482,7 +482,7 @@ absl::Status Registry::AddOps(Opened& opened) {
   return absl::OkStatus();
 }
 
-absl::Status Registry::AddKernels(Opened& opened) {
+absl::Status Registry::AddKernels(Opened& opened, std::vector<absl::Status>* skipped) {
   const kreg_plugin* table = opened.plugin->table();
   std::vector<std::shared_ptr<const Kernel>> kernels;
   std::set<std::string> own;
@@ -518,9 +518,12 @@ absl::Status Registry::AddKernels(Opened& opened) {
       params.push_back(*std::move(p));
     }
     if (!own.insert(name).second) return Refuse(opened.path, absl::StrCat(name, " is declared twice"));
+    // A name registered already (by a plugin earlier on the path) keeps
+    // that kernel: this one is skipped, the rest of its plugin loads.
     if (auto it = kernels_.find(name); it != kernels_.end()) {
-      return Refuse(opened.path, absl::StrCat("duplicate kernel ", name, ": already registered by ",
-                                              it->second->plugin_path()));
+      skipped->push_back(Refuse(opened.path, absl::StrCat("kernel ", name, " skipped: ", it->second->plugin_path(),
+                                                          ", earlier on the plugin path, registers it")));
+      continue;
     }
     kernels.push_back(std::make_shared<const Kernel>(opened.plugin, op->second, &k, ParamSpace(std::move(params))));
   }
@@ -533,13 +536,23 @@ absl::Status Registry::AddKernels(Opened& opened) {
                                                 " and ", k->name()));
       }
     }
-    for (const auto& [n, other] : kernels_) {
-      if (other->op() == k->op() && other->is_reference()) {
-        return Refuse(opened.path, absl::StrCat(k->name(), ": op ", k->op(), " already has a reference kernel, ",
-                                                other->name()));
-      }
+  }
+  // An op keeps the reference kernel registered first.
+  for (auto k = kernels.begin(); k != kernels.end();) {
+    auto other = std::find_if(kernels_.begin(), kernels_.end(), [&](const auto& named) {
+      return named.second->op() == (*k)->op() && named.second->is_reference();
+    });
+    if ((*k)->is_reference() && other != kernels_.end()) {
+      skipped->push_back(Refuse(opened.path, absl::StrCat("kernel ", (*k)->name(), " skipped: op ", (*k)->op(),
+                                                          " has a reference kernel already, ", other->second->name())));
+      k = kernels.erase(k);
+    } else {
+      ++k;
     }
   }
+  // A plugin left with nothing to register (every kernel registered
+  // already) is not kept.
+  if (kernels.empty() && opened.ops.empty() && table->num_kernels > 0) return absl::OkStatus();
   PluginInfo info{opened.path, opened.plugin->name(), opened.plugin->version(), {}, {}};
   for (const auto& op : opened.ops) info.ops.push_back(op->name());
   for (auto& k : kernels) {
@@ -573,7 +586,7 @@ std::vector<absl::Status> Registry::LoadPlugins(const std::vector<std::string>& 
     }
   }
   for (Opened* o : with_ops) {
-    if (absl::Status s = AddKernels(*o); !s.ok()) {
+    if (absl::Status s = AddKernels(*o, &refused); !s.ok()) {
       // All or nothing: its ops go too, unless kernels already use them.
       for (const auto& op : o->ops) {
         bool used = false;

@@ -50,4 +50,31 @@ std::string ValidUtf8(absl::string_view s) {
   return out;
 }
 
+std::string Printable(absl::string_view s) {
+  const auto escape = [](std::string& out, absl::string_view bytes) {
+    for (char c : bytes) out += absl::StrFormat("\\x%02x", static_cast<unsigned char>(c));
+  };
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t n = SequenceLength(s, i);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (n == 0 || c < 0x20 || c == 0x7f) {
+      escape(out, s.substr(i, 1));  // not UTF-8, or a C0 control or DEL
+    } else if (c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0) {
+      escape(out, s.substr(i, 2));  // U+0080..U+009F: a C1 control (0x9b is CSI)
+    } else {
+      out.append(s.data() + i, n);
+    }
+    i += n == 0 ? 1 : n;
+  }
+  return out;
+}
+
 }  // namespace kreg

@@ -46,6 +46,7 @@ struct Measurement {
   double median_ns = 0, min_ns = 0, max_ns = 0;
   int reps = 0;
   std::string error;  // why, when status is not kOk
+  int signal = 0;     // kCrashed: the signal that ended the process running it (0: unknown)
   bool ok() const { return status == TrialStatus::kOk; }
 };
 

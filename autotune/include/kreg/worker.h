@@ -179,6 +179,7 @@ class IsolatedRunner : public CandidateRunner {
   std::string buffer_;   // read from the worker, not yet parsed
   std::string pending_;  // the job, sent with a fresh worker's first request
   std::string fatal_;  // set once the worker cannot set the problem up
+  int exit_signal_ = 0;  // the signal that ended the last worker (ExitReason)
   bool fresh_ = false;
   int64_t next_id_ = 0;
   int started_ = 0;

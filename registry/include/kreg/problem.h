@@ -65,6 +65,11 @@ struct ProblemOptions {
 // the given inputs, whose shapes fill dims left unknown).
 absl::Status MakeShapeArgs(const Op& op, const Values& values, const ProblemOptions& options, ShapeArgs* out);
 
+// Whether the problem's tensors can be made on this machine (what
+// Problem::Make checks before allocating): ResourceExhausted naming their
+// size when they exceed the address space or this machine's memory.
+absl::Status FitsInMemory(const Op& op, const Values& values, const ProblemOptions& options);
+
 // The data class of a call, for its key: `given` if non-empty; else the
 // op's classifier on `args` when they hold data; else "dist=NAME" when
 // `options` draw random inputs from a distribution other than normal; else

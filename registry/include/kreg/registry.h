@@ -183,20 +183,24 @@ class Registry {
 
   // Searches the locations of `options` in order and loads every plugin
   // found. A plugin file name already loaded from an earlier location is
-  // shadowed (like PATH). Plugins that are refused are recorded in
-  // refusals(); only a location given explicitly that does not exist is an
-  // error.
+  // shadowed (like PATH), and so is a kernel name (or an op's reference
+  // kernel) that a plugin from an earlier location registers: that kernel
+  // alone is skipped, the rest of its plugin loads. Refused plugins and
+  // skipped kernels are recorded in refusals(); only a location given
+  // explicitly that does not exist is an error.
   static absl::StatusOr<std::unique_ptr<Registry>> Load(
       const LoadOptions& options);
 
   // Loads one plugin, all or nothing: on error nothing of it is registered,
   // and the message names the file and the reason. Its kernels' ops must be
   // declared by it or by a plugin loaded before (LoadPlugins loads ops
-  // first).
+  // first). Kernels registered already are skipped (the error names the
+  // first); the rest of the plugin is registered.
   absl::Status LoadPlugin(const std::string& path);
   // Loads several plugins: every plugin's ops first, then the kernels, so
-  // the order of files does not matter. Refusals are recorded (refusals())
-  // and returned, one per refused plugin.
+  // the order of files does not matter; kernels in path order (a name
+  // registered already is skipped). Refusals are recorded (refusals())
+  // and returned, one per refused plugin or skipped kernel.
   std::vector<absl::Status> LoadPlugins(const std::vector<std::string>& paths);
 
   // NotFound naming the known kernels of that op if there is none.
@@ -222,7 +226,10 @@ class Registry {
   struct Opened;
   absl::StatusOr<Opened> Open(const std::string& path) const;
   absl::Status AddOps(Opened& opened) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AddKernels(Opened& opened) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Registers the kernels of `opened`, all or nothing, except those whose
+  // name (or op's reference kernel) is registered already: each of those is
+  // skipped and added to *skipped.
+  absl::Status AddKernels(Opened& opened, std::vector<absl::Status>* skipped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<const Kernel>, std::less<>> kernels_

@@ -1,0 +1,214 @@
+// Bad input as a user meets it on the command line: each case ends in one
+// clear line (exit 2 for bad input) and changes no file. One test per defect
+// of the hardening issue; the unit tests of each part (npy_test, lut_test,
+// loader_test, tune_test) go into the details.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kreg/npy.h"
+#include "tests/run_kreg.h"
+
+namespace kreg {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kFaulty = std::string(KREG_PLUGIN_DIR) + ":" + KREG_TEST_PLUGIN_DIR + "/faulty";
+
+Result Kreg(const std::string& args) { return RunKreg(KREG_PLUGIN_DIR, args); }
+
+std::string Dir(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/kreg_hardening_" + name + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string Bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void Write(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+
+// One line on stderr, with the expected code.
+void ExpectError(const Result& r, int code, const std::string& what) {
+  EXPECT_EQ(r.code, code) << r.out;
+  EXPECT_THAT(r.stderr_text, HasSubstr(what)) << r.out;
+  EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
+}
+
+// A small table made by a real sweep.
+std::string Table(const std::string& dir, const std::string& name) {
+  const std::string db = dir + "/" + name;
+  Result r = Kreg("tune topk --dims batch=2,n=300,k=4 --variants sort --strategy exhaustive --reps 2 --db " + db);
+  EXPECT_EQ(r.code, 0) << r.out;
+  return db;
+}
+
+// 1: a kernel asking for nearly SIZE_MAX bytes of workspace gets the
+// allocation error, not a wrapped-around size.
+TEST(Hardening, AHugeWorkspaceRequestIsAnError) {
+  Result r = RunKreg(kFaulty, "run topk/faulty --dims batch=2,n=100,k=3 --param mode=greedy");
+  ExpectError(r, 1, "topk/faulty: cannot allocate 18446744073709551605 bytes of workspace");
+}
+
+// 2: a damaged binary table is refused by every command, and left as it is.
+TEST(Hardening, ADamagedBinaryTableIsRefusedAndLeftAlone) {
+  const std::string dir = Dir("damaged");
+  const std::string db = Table(dir, "t.lut");
+  std::string bytes = Bytes(db);
+  bytes[bytes.size() / 2] ^= 0x10;
+  Write(db, bytes);
+  for (const std::string& command :
+       {"query topk --dims batch=2,n=300,k=4 --db " + db, "run topk --dims batch=2,n=300,k=4 --db " + db,
+        "tune topk --dims batch=2,n=300,k=4 --variants sort --reps 2 --db " + db, "db show " + db}) {
+    Result r = Kreg(command);
+    ExpectError(r, 2, db + ": not a kreg tuning database");
+    EXPECT_THAT(r.stderr_text, HasSubstr("checksum")) << command;
+    EXPECT_EQ(Bytes(db), bytes) << command;
+  }
+}
+
+// 3, 4: a .npy header is read as the dict it is, and what it holds is
+// quoted escaped, on one line.
+TEST(Hardening, NpyHeadersAreParsedStrictlyAndQuotedSafely) {
+  const std::string dir = Dir("npy");
+  ASSERT_TRUE(WriteNpy(dir + "/good.npy", Tensor(DType::kF32, {3, 4})).ok());
+  const std::string good = Bytes(dir + "/good.npy");
+  auto with_header = [&](const std::string& name, std::string header) {
+    header.resize(117, ' ');
+    header += '\n';  // 10 + 118 bytes: the data starts where WriteNpy's does
+    Write(dir + "/" + name, std::string("\x93NUMPY\x01\x00\x76\x00", 10) + header + good.substr(128));
+    return dir + "/" + name;
+  };
+  const std::string hidden =
+      with_header("hidden.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), 'x': \"'shape': (1, 1)\"}");
+  ExpectError(Kreg("run topk/sort --input input=" + hidden + " --dims k=2"), 2, "unknown key");
+  const std::string escape = with_header("escape.npy", "{'descr': '\x1b[31mRED\x01', 'fortran_order': False, "
+                                                       "'shape': (3, 4)}");
+  Result r = Kreg("run topk/sort --input input=" + escape + " --dims k=2");
+  ExpectError(r, 2, "\\x1b[31mRED\\x01");
+  EXPECT_THAT(r.stderr_text, Not(HasSubstr("\x1b")));
+  const std::string i2 = with_header("i2.npy", "{'descr': '<i2', 'fortran_order': False, 'shape': (3, 8), }");
+  ExpectError(Kreg("run topk/sort --input input=" + i2 + " --dims k=2"), 2, "bfloat16 data must be '<u2'");
+}
+
+// 5: sizes are checked before anything is allocated, at once.
+TEST(Hardening, OversizedProblemsAreRefusedBeforeAllocating) {
+  const auto start = std::chrono::steady_clock::now();
+  ExpectError(Kreg("run topk/sort --dims batch=1,n=2147483648,k=10 --dtype bf16"), 2,
+              "topk: dimension n=2147483648 exceeds its limit 2147483647");
+  ExpectError(Kreg("run topk/sort --dims batch=1,n=99999999999,k=10"), 2, "exceeds its limit");
+  ExpectError(Kreg("run topk/sort --dims batch=2000000,n=2000000000,k=10"), 1,
+              "topk: the problem's tensors take 14901161.4 GiB, more than this machine's");
+  const std::string dir = Dir("oversized");
+  ExpectError(Kreg("tune topk --dims batch=2000000,n=2000000000,k=10 --db " + dir + "/t.lut"), 1,
+              "more than this machine's");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/t.lut"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+// 6: --threads is bounded.
+TEST(Hardening, ThreadCountsAreValidated) {
+  ExpectError(Kreg("run topk/sort --dims batch=2,n=100,k=3 --threads 100000"), 2,
+              "--threads: must be at most 1024, got 100000");
+  ExpectError(Kreg("run topk/sort --dims batch=2,n=100,k=3 --threads -1"), 2, "--threads: must be at least 0");
+  ExpectError(Kreg("tune topk --dims batch=2,n=100,k=3 --threads 5000 --db /nonexistent/t.lut"), 2,
+              "--threads: must be at most 1024");
+}
+
+// 7: a table behind a symbolic link is updated where it lives, and what is
+// not a regular file is refused rather than read (a FIFO would block).
+TEST(Hardening, LinksAreFollowedAndFifosRefused) {
+  const std::string dir = Dir("links");
+  std::filesystem::create_directory(dir + "/real");
+  const std::string db = Table(dir + "/real", "t.lut");
+  std::filesystem::create_symlink("real/t.lut", dir + "/link.lut");
+  Result r = Kreg("tune topk --dims batch=2,n=300,k=5 --variants sort --strategy exhaustive --reps 2 --db " + dir +
+                  "/link.lut");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::is_symlink(dir + "/link.lut"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/link.lut.lock"));
+  EXPECT_THAT(Kreg("db show " + db).out, HasSubstr("k=5"));
+  ASSERT_EQ(mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  ExpectError(Kreg("query topk --dims batch=2,n=300,k=4 --db " + dir + "/fifo"), 2, "fifo: not a regular file");
+  ExpectError(Kreg("run topk/sort --input input=" + dir + "/fifo --dims k=2"), 2, "fifo: not a regular file");
+  ExpectError(Kreg("tune topk --dims batch=2,n=300,k=4 --db " + dir + "/fifo"), 2, "fifo: not a regular file");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// 8: a third party's topk/sort earlier on the plugin path shadows the
+// built-in one alone; the built-in plugin's other kernels stay.
+TEST(Hardening, ADuplicateKernelShadowsOnlyThatKernel) {
+  const std::string plugins = std::string(KREG_TEST_PLUGIN_DIR) + "/shadow:" + KREG_PLUGIN_DIR;
+  Result r = RunKreg(plugins, "list");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.stderr_text, HasSubstr("kernel topk/sort skipped: " + std::string(KREG_TEST_PLUGIN_DIR) +
+                                       "/shadow/test_shadow.so, earlier on the plugin path, registers it"));
+  for (const char* kernel : {"topk/heap", "topk/radix", "topk/blockwise", "topk/sort"}) {
+    EXPECT_THAT(r.stdout_text, HasSubstr(kernel));
+  }
+  // topk/sort is the third party's: it takes its `mode`.
+  r = RunKreg(plugins, "run topk/sort --dims batch=2,n=100,k=3 --param mode=wrong --check");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("check FAILED"));
+  r = RunKreg(plugins, "run topk/heap --dims batch=2,n=100,k=3 --check");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// 9: contradictions are errors, not "the last one wins".
+TEST(Hardening, ContradictoryFlagsAreRefused) {
+  const std::string dir = Dir("contradictions");
+  ASSERT_TRUE(WriteNpy(dir + "/bf16.npy", Tensor(DType::kBF16, {3, 8})).ok());
+  ExpectError(Kreg("run topk/blockwise --dims batch=4,n=1000,k=10 --param num_blocks=8 --param num_blocks=16"), 2,
+              "--param num_blocks=... is given twice");
+  ExpectError(Kreg("run topk/sort --input input=" + dir + "/bf16.npy --input input=" + dir + "/bf16.npy --dims k=2"),
+              2, "--input input=... is given twice");
+  ExpectError(Kreg("run topk/sort --input input=" + dir + "/bf16.npy --dtype f32 --dims k=2"), 2,
+              "--dtype f32 contradicts input 'input', whose file holds bf16");
+  ExpectError(Kreg("tune topk --dims batch=4,n=100,k=3 --budget -1 --db " + dir + "/t.lut"), 2,
+              "--budget: must be at least 0");
+  for (const char* list : {"m_schedule=", "m_schedule=,", "m_schedule=5,,8", "m_schedule=5,8,"}) {
+    Result r = Kreg(std::string("run topk/blockwise --dims batch=4,n=1000,k=10 --param ") + list);
+    EXPECT_EQ(r.code, 2) << list << ": " << r.out;
+  }
+  // A sweep in which no candidate succeeded (none finishes within a
+  // millisecond) is a failure, though every failure is recorded.
+  Result r = RunKreg(kFaulty, "tune topk --dims batch=64,n=100000,k=10 --variants faulty --strategy exhaustive "
+                              "--reps 3 --timeout 0.001 --db " + dir + "/t.lut");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.stderr_text, HasSubstr("kreg tune: no candidate succeeded for topk f32 batch=64,n=100000,k=10"));
+}
+
+// 10: in a world-writable folder, a table this user may not write is not
+// replaced through a rename (as root: the command runs as user nobody on
+// root's read-only table; as another user: on its own read-only one).
+TEST(Hardening, AReadOnlyTableIsNotReplaced) {
+  const std::string dir = Dir("readonly");
+  std::filesystem::permissions(dir, std::filesystem::perms(0777));
+  const std::string db = Table(dir, "t.lut");
+  std::filesystem::permissions(db, std::filesystem::perms(0444));
+  const std::string before = Bytes(db);
+  const std::string as = geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
+  Result r = RunCommand(as, KREG_BIN, std::string("--plugin_path=") + KREG_PLUGIN_DIR +
+                                          " tune topk --dims batch=2,n=300,k=6 --variants sort --reps 2 --db " + db);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.stderr_text, HasSubstr(db + ": this user may not write it; not replaced")) << r.out;
+  EXPECT_EQ(Bytes(db), before);
+  struct stat st;
+  ASSERT_EQ(stat(db.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, geteuid());
+}
+
+}  // namespace
+}  // namespace kreg
