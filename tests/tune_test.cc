@@ -91,6 +91,34 @@ TEST(TuneTest, CrashesHangsAndWrongResultsAreRecordedAndTheBestStillWins) {
   EXPECT_EQ(entry.strategy(), "exhaustive");
 }
 
+// A gmm kernel that writes past its output: just past it, the tensor's
+// guard catches the write (a wrong result naming the tensor); far past it,
+// the heap is corrupted and the worker dies (or, if it survives, the guard
+// still says so). Either way the sweep goes on and the correct mode wins.
+TEST(TuneTest, WritesPastAnOutputAreCaughtAndTheSweepGoesOn) {
+  const std::string db = Db("overrun");
+  Result r = KregWith(std::string(KREG_PLUGIN_DIR) + ":" + KREG_TEST_PLUGIN_DIR + "/faulty_gmm",
+                      "tune gmm --dims m=64,k=32,n=16,groups=2 --variants faulty --strategy exhaustive --reps 3 "
+                      "--timeout 5 --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("3 candidates, 3 measured, 0 reused, 2 failed"));
+  absl::StatusOr<TuningDb> table = TuningDb::Load(db);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const tuning::Trial* overrun = Trial(*table, "overrun");
+  ASSERT_NE(overrun, nullptr);
+  EXPECT_EQ(overrun->status(), tuning::Trial::WRONG_RESULT);
+  EXPECT_THAT(overrun->error(), HasSubstr("the kernel wrote past the end of 'out' (16 of the 256 guard bytes"));
+  const tuning::Trial* scribble = Trial(*table, "scribble");
+  ASSERT_NE(scribble, nullptr);
+  EXPECT_THAT(scribble->status(), ::testing::AnyOf(tuning::Trial::WRONG_RESULT, tuning::Trial::CRASHED));
+  EXPECT_EQ(table->proto().entries(0).best().config().params(0).choice(), "ok");
+  // kreg run, unchecked: the write past the end still fails it.
+  r = KregWith(std::string(KREG_PLUGIN_DIR) + ":" + KREG_TEST_PLUGIN_DIR + "/faulty_gmm",
+               "run gmm/faulty --dims m=64,k=32,n=16,groups=2 --param mode=overrun");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.stderr_text, HasSubstr("kreg run: the kernel wrote past the end of 'out'"));
+}
+
 // A stored failure the environment may have caused is measured again by the
 // next sweep: a crash by SIGKILL (the OOM killer's signal), and a crash or
 // timeout under another thread count. The kernel's own crash (SIGSEGV) and

@@ -446,7 +446,8 @@ absl::Status Run(const Flags& given) {
   Problem& p = *problems[0];
   const Measurement& m = measured[0];
   const bool failed_check = m.status == TrialStatus::kWrongResult;
-  if (!m.ok() && !failed_check) {
+  // Unchecked runs fail too where a kernel wrote past a tensor's end.
+  if (!m.ok() && (!failed_check || !flags.check)) {
     return m.status == TrialStatus::kIllegal ? absl::InvalidArgumentError(m.error) : absl::InternalError(m.error);
   }
 

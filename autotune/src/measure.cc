@@ -184,6 +184,10 @@ Measurement MeasureKernel(const Kernel& kernel, const Config& config, const std:
       if (i >= 2 && timed_ns * 1e-9 > options.max_seconds) break;
     }
   }
+  // A write past a tensor's end in any run, checked or not, is a wrong result.
+  for (Problem* p : problems) {
+    if (failed(p->CheckGuards(), TrialStatus::kWrongResult)) return m;
+  }
   std::sort(times.begin(), times.end());
   const size_t n = times.size();
   m.status = TrialStatus::kOk;

@@ -419,7 +419,21 @@ absl::Status Problem::ComputeReference() const {
   return absl::OkStatus();
 }
 
+absl::Status Problem::CheckGuards() const {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (!tensors_[i]) continue;
+    if (const size_t damaged = tensors_[i]->GuardDamage(); damaged > 0) {
+      return absl::InvalidArgumentError(absl::StrCat("the kernel wrote past the end of '", op_->tensors()[i].name,
+                                                     "' (", damaged, " of the ", Tensor::kGuardBytes,
+                                                     " guard bytes after its ", tensors_[i]->nbytes(),
+                                                     " changed)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Problem::CheckOutputs() const {
+  if (absl::Status s = CheckGuards(); !s.ok()) return s;
   if (absl::Status s = ComputeReference(); !s.ok()) return s;
   if (HashInputs() != inputs_hash_) {
     return absl::InvalidArgumentError("a read-only input was written (the kernel must not modify its inputs)");

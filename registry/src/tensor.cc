@@ -63,6 +63,11 @@ absl::StatusOr<DType> FromDLDataType(DLDataType t) {
       t.lanes, ")"));
 }
 
+namespace {
+// The guard's pattern: not 0, not a float or int a kernel writes often.
+constexpr unsigned char kGuardByte = 0xa5;
+}  // namespace
+
 void Tensor::Free::operator()(void* p) const { std::free(p); }
 
 absl::StatusOr<size_t> CheckedBytes(DType dtype, const std::vector<int64_t>& shape) {
@@ -82,10 +87,13 @@ Tensor::Tensor(DType dtype, std::vector<int64_t> shape)
   absl::StatusOr<size_t> bytes = CheckedBytes(dtype_, shape_);
   if (!bytes.ok()) throw std::bad_alloc();
   const size_t rounded = (*bytes + 63) / 64 * 64 + (*bytes == 0 ? 64 : 0);
-  void* p = std::aligned_alloc(64, rounded);
+  if (rounded > std::numeric_limits<size_t>::max() - kGuardBytes) throw std::bad_alloc();
+  void* p = std::aligned_alloc(64, rounded + kGuardBytes);
   if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, rounded);
+  std::memset(p, 0, *bytes);
+  std::memset(static_cast<unsigned char*>(p) + *bytes, kGuardByte, rounded + kGuardBytes - *bytes);
   data_.reset(static_cast<unsigned char*>(p));
+  allocated_ = rounded + kGuardBytes;
   dl_.data = data_.get();
   dl_.device = {kDLCPU, 0};
   dl_.ndim = static_cast<int>(shape_.size());
@@ -108,6 +116,12 @@ int64_t Tensor::numel() const {
   int64_t n = 1;
   for (int64_t d : shape_) n *= d;
   return n;
+}
+
+size_t Tensor::GuardDamage() const {
+  size_t damaged = 0;
+  for (size_t i = nbytes(); i < allocated_; ++i) damaged += data_[i] != kGuardByte;
+  return damaged;
 }
 
 double Tensor::GetAsDouble(int64_t i) const {

@@ -107,9 +107,14 @@ class Problem {
   // Compares the outputs (and in-out tensors) with the reference run on the
   // initial inputs (computed once): bit for bit, or within the op's
   // tolerance for the dtype. InvalidArgument naming the tensor and the first
-  // element that differs, or a read-only input that was written;
-  // FailedPrecondition without a reference.
+  // element that differs, or a read-only input that was written, or a
+  // write past a tensor's end (CheckGuards); FailedPrecondition without a
+  // reference.
   absl::Status CheckOutputs() const;
+  // InvalidArgument naming the tensor a kernel wrote past the end of (its
+  // guard, Tensor::GuardDamage), else OK. Cheap: runs that are not checked
+  // against the reference still end with it.
+  absl::Status CheckGuards() const;
   // Sets the reference's outputs now (outside any clock); idempotent. For a
   // collective op every rank must call it together.
   absl::Status ComputeReference() const;

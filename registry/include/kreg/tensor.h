@@ -75,6 +75,14 @@ class Tensor {
   // Element i as float (f32, bf16) or int (i32) widened to double.
   double GetAsDouble(int64_t i) const;
 
+  // The guard: from nbytes() to the end of the 64-byte rounding and
+  // kGuardBytes beyond, a known pattern, so a kernel writing past its
+  // tensor's end is caught (a write beyond the guard corrupts the heap:
+  // the worker's isolation, or a sanitizer, catches that). The number of
+  // guard bytes changed, 0 while intact.
+  static constexpr size_t kGuardBytes = 256;
+  size_t GuardDamage() const;
+
   // A DLPack view (compact strides), set up once at construction: it stays
   // valid across moves, and reading it from many threads is safe.
   DLTensor* dl() { return &dl_; }
@@ -89,6 +97,7 @@ class Tensor {
   DType dtype_ = DType::kF32;
   std::vector<int64_t> shape_;
   std::unique_ptr<unsigned char[], Free> data_;
+  size_t allocated_ = 0;  // the tensor's bytes, rounded up, and the guard
   DLTensor dl_{};
 };
 
