@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libabsl-dev libtbb-dev libdlpack-dev
       libgtest-dev libgmock-dev libbenchmark-dev libfaiss-dev
       libprotobuf-dev protobuf-compiler libcli11-dev nlohmann-json3-dev
-      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin)
+      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin python3 util-linux
+      clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
