@@ -24,8 +24,13 @@ function(kreg_add_plugin name)
   if(ARG_OUTPUT_DIR)
     set_target_properties(${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIR})
   endif()
-  target_link_options(${name} PRIVATE
-    "LINKER:--version-script=${KREG_PLUGIN_VERSION_SCRIPT}" "LINKER:--no-undefined")
+  target_link_options(${name} PRIVATE "LINKER:--version-script=${KREG_PLUGIN_VERSION_SCRIPT}")
+  # Every symbol resolved at link time — except in kreg's clang sanitizer and
+  # fuzzing builds, whose runtimes (__asan_*, __ubsan_*, __sanitizer_cov_*)
+  # live in the executable that loads the plugin.
+  if(NOT ((KREG_SANITIZE OR KREG_FUZZ) AND CMAKE_CXX_COMPILER_ID MATCHES "Clang"))
+    target_link_options(${name} PRIVATE "LINKER:--no-undefined")
+  endif()
   set_property(TARGET ${name} APPEND PROPERTY LINK_DEPENDS ${KREG_PLUGIN_VERSION_SCRIPT})
   if(COMMAND kreg_set_warnings)  # inside kreg's own tree
     kreg_set_warnings(${name})

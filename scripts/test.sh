@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds kreg and passes its tests on a fresh Debian 12 machine: installs
-# what is missing, configures, builds and runs every CTest suite, then
+# what is missing, configures, builds and runs every CTest suite, runs each
+# fuzzer for a minute under ASan and UBSan (the asan preset, clang), then
 # installs kreg into a scratch prefix and builds and runs the
 # find_package(kreg) examples against it: a program, and a plugin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 cmake --workflow --preset release
+cmake --workflow --preset fuzz
 prefix=$PWD/build/release/_install
 rm -rf "$prefix"
 cmake --install build/release --prefix "$prefix" >/dev/null

@@ -182,12 +182,36 @@ TEST(Hardening, ContradictoryFlagsAreRefused) {
     Result r = Kreg(std::string("run topk/blockwise --dims batch=4,n=1000,k=10 --param ") + list);
     EXPECT_EQ(r.code, 2) << list << ": " << r.out;
   }
-  // A sweep in which no candidate succeeded (none finishes within a
-  // millisecond) is a failure, though every failure is recorded.
-  Result r = RunKreg(kFaulty, "tune topk --dims batch=64,n=100000,k=10 --variants faulty --strategy exhaustive "
-                              "--reps 3 --timeout 0.001 --db " + dir + "/t.lut");
+  // A sweep in which no candidate succeeded (every mode crashes) is a
+  // failure, though every failure is recorded.
+  Result r = RunKreg(kFaulty, "tune topk --dims batch=4,n=1000,k=10 --variants faulty --strategy exhaustive "
+                              "--reps 3 --timeout 5 --db " + dir + "/t.lut", "KREG_FAULTY_ALL_CRASH=1");
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_THAT(r.stderr_text, HasSubstr("kreg tune: no candidate succeeded for topk f32 batch=64,n=100000,k=10"));
+  EXPECT_THAT(r.stderr_text, HasSubstr("kreg tune: no candidate succeeded for topk f32 batch=4,n=1000,k=10"));
+}
+
+// What the fuzzers found, through the command line: a shape whose element
+// count overflows 64 bits, a mesh axis of size 0 given by name, a text table
+// with invalid UTF-8 saved as binary, and fields this kreg does not know
+// printed as text.
+TEST(Hardening, FuzzerFindingsStayFixed) {
+  const std::string dir = Dir("fuzzed");
+  const std::string db = Table(dir, "t.lut");
+  Result r = Kreg("query gmm --db " + db + " --dims m=2147483647,k=2147483647,n=2147483647,groups=2147483647");
+  EXPECT_THAT(r.out, Not(HasSubstr("runtime error"))) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("more elements than a 64-bit count holds")) << r.out;
+  ExpectError(Kreg("run sharded_matmul/plain --dims m=64,k=96,n=40 --mesh x=0"), 2,
+              "mesh 'x=0': axis size '0' is not in [1, 4096]");
+  std::string text = Kreg("db export " + db).stdout_text;
+  const size_t at = text.find("variant: \"sort\"");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, 16, "variant: \"s\\377rt\"");  // an escaped byte that is not UTF-8
+  Write(dir + "/bad_utf8.txtpb", text);
+  r = Kreg("db merge " + dir + "/out.lut " + dir + "/bad_utf8.txtpb");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = Kreg("db show " + dir + "/out.lut");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("s\\xffrt"));
 }
 
 // 10: in a world-writable folder, a table this user may not write is not

@@ -15,8 +15,12 @@
 
 #include "micro.h"
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")
+#endif
 
 namespace kreg::gmm {
 namespace {
@@ -156,4 +160,8 @@ const MicroSet kMicroAmxBf16 = {"amx", kNr, 12, true, PanelAmx};
 
 }  // namespace kreg::gmm
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif

@@ -5,8 +5,12 @@
 
 #include "micro.h"
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 
 namespace kreg::gmm {
 namespace {
@@ -33,4 +37,8 @@ const MicroSet kMicroAvx2 = {"avx2", 16, Avx2F32::kMaxMr, false, Panel<Avx2F32>}
 
 }  // namespace kreg::gmm
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif

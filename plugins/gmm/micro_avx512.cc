@@ -9,8 +9,12 @@
 
 #include "micro.h"
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")
+#endif
 
 namespace kreg::gmm {
 namespace {
@@ -56,4 +60,8 @@ const MicroSet kMicroAvx512Bf16 = {"avx512bf16", 32, Avx512Bf16Pairs::kMaxMr, tr
 
 }  // namespace kreg::gmm
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif

@@ -499,7 +499,7 @@ absl::StatusOr<Mesh> ParseMesh(absl::string_view text) {
         return absl::InvalidArgumentError(absl::StrCat("mesh '", text, "': '", parts[i], "' is not AXIS=SIZE"));
       }
       name = kv[0];
-      size = parts[i].substr(kv[0].size() + 1);
+      size = absl::string_view(parts[i]).substr(kv[0].size() + 1);  // a view of parts[i], not of a copy
     }
     int n = 0;
     if (!absl::SimpleAtoi(size, &n) || n < 1 || n > 4096) {
@@ -734,7 +734,9 @@ absl::Status Op::Validate(const kreg_args& a) const {
                                ShapeText(want.data(), ndim), AltShapeNote(info, a.attrs)));
     }
     int64_t numel = 1;
-    for (int j = 0; j < ndim; ++j) numel *= t->shape[j];
+    for (int j = 0; j < ndim; ++j) {
+      if (__builtin_mul_overflow(numel, t->shape[j], &numel)) return tbad("has more elements than a 64-bit count holds");
+    }
     if (t->strides != nullptr && numel > 0) {
       if (ndim > 0 && t->shape[ndim - 1] > 1 && t->strides[ndim - 1] != 1) {
         return tbad("must be contiguous in its last dimension");
@@ -747,7 +749,12 @@ absl::Status Op::Validate(const kreg_args& a) const {
           return tbad(absl::StrCat("has stride ", t->strides[j], " in dimension ", j, ", below the ", extent,
                                    " elements inside it"));
         }
-        extent = std::max(extent, t->strides[j] * (t->shape[j] - 1) + extent);
+        int64_t span = 0;
+        if (__builtin_mul_overflow(t->strides[j], t->shape[j] - 1, &span) ||
+            __builtin_add_overflow(span, extent, &span)) {
+          return tbad(absl::StrCat("spans more than a 64-bit offset reaches, in dimension ", j));
+        }
+        extent = std::max(extent, span);
       }
     }
     if (numel > 0 && !shape_only && t->data == nullptr) return tbad("has no data");

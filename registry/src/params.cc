@@ -274,7 +274,7 @@ absl::StatusOr<Config> ParamSpace::Parse(const std::vector<std::pair<std::string
     }
     const ParamInfo& p = params_[i];
     ParamValue& v = config.mutable_values()[i];
-    auto bad = [&](absl::string_view why) {
+    auto bad = [&, &name = name](absl::string_view why) {
       return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' of ", kernel, ": ", why));
     };
     if (p.kind == KREG_PARAM_INT) {

@@ -119,7 +119,9 @@ uint32_t DetectIsa() {
   if (__builtin_cpu_supports("avx512dq")) bits |= KREG_ISA_AVX512DQ;
   if (__builtin_cpu_supports("avx512bf16")) bits |= KREG_ISA_AVX512BF16;
   if (__builtin_cpu_supports("avx512vnni")) bits |= KREG_ISA_AVX512VNNI;
+#if !defined(__clang__) || __clang_major__ >= 16  // older clang does not know the name
   if (__builtin_cpu_supports("avx512fp16")) bits |= KREG_ISA_AVX512FP16;
+#endif
   // Lets tests and users pretend the CPU lacks extensions, e.g.
   // KREG_ISA_MASK=avx2,fma to see what a machine without AVX-512 would run.
   uint32_t allowed = KREG_ISA_KNOWN_MASK;

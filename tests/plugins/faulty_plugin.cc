@@ -8,6 +8,7 @@
 // third party's topk/sort, shadowing the built-in one.
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <thread>
 
 #include "plugins/topk/common.h"
@@ -33,7 +34,8 @@ const kreg_param_desc* const kParams[] = {&kModeParam};
 
 kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg, size_t cap) {
   const int64_t mode = Param(config, 0).value;
-  if (mode == kCrash) std::raise(SIGSEGV);
+  // KREG_FAULTY_ALL_CRASH: every mode crashes (a sweep in which nothing succeeds).
+  if (mode == kCrash || std::getenv("KREG_FAULTY_ALL_CRASH") != nullptr) std::raise(SIGSEGV);
   if (mode == kKilled) std::raise(SIGKILL);
   while (mode == kHang) std::this_thread::sleep_for(std::chrono::seconds(1));
   if (mode == kSlow) std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -404,7 +404,12 @@ absl::StatusOr<TuningDb> TuningDb::Parse(absl::string_view bytes, absl::string_v
                              db.entries_size(), " (truncated?)"));
   }
   const bool unchecked = first == FileFormat::kBinary && db.schema_version() < 2;
-  // Parsed strings are valid UTF-8 already (protobuf checks): no sanitizing.
+  // Binary strings are valid UTF-8 already (protobuf checks); text ones need
+  // not be, and would make the table unreadable once saved as binary.
+  if (first == FileFormat::kText) Sanitize(&db);
+  // Fields this kreg does not know (a newer kreg's: it bumps schema_version
+  // for any it needs kept) are dropped, so what it prints parses again.
+  db.DiscardUnknownFields();
   absl::StatusOr<TuningDb> out = Adopt(std::move(db));
   if (!out.ok()) return absl::DataLossError(absl::StrCat(name, ": ", out.status().message()));
   if (unchecked) {
