@@ -407,9 +407,6 @@ absl::StatusOr<TuningDb> TuningDb::Parse(absl::string_view bytes, absl::string_v
   // Binary strings are valid UTF-8 already (protobuf checks); text ones need
   // not be, and would make the table unreadable once saved as binary.
   if (first == FileFormat::kText) Sanitize(&db);
-  // Fields this kreg does not know (a newer kreg's: it bumps schema_version
-  // for any it needs kept) are dropped, so what it prints parses again.
-  db.DiscardUnknownFields();
   absl::StatusOr<TuningDb> out = Adopt(std::move(db));
   if (!out.ok()) return absl::DataLossError(absl::StrCat(name, ": ", out.status().message()));
   if (unchecked) {
@@ -425,6 +422,9 @@ absl::StatusOr<TuningDb> TuningDb::FromProto(tuning::Database database) {
 }
 
 absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database database) {
+  // Fields this kreg does not know (a newer kreg's: it bumps schema_version
+  // for any it needs kept) are dropped, so what it prints parses again.
+  database.DiscardUnknownFields();
   if (database.schema_version() == 0) {
     return absl::DataLossError("no schema_version: not a kreg tuning database");
   }
