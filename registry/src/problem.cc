@@ -190,34 +190,35 @@ absl::StatusOr<size_t> TensorBytes(const Op& op, const Values& values, const Ten
   return least;
 }
 
+// The tensors' dtypes for `options`, and the dims the given inputs' shapes
+// fill into *values.
+absl::StatusOr<TensorTypes> ResolveInputs(const Op& op, const ProblemOptions& options, Values* values) {
+  std::map<std::string, const Tensor*> given;
+  std::map<std::string, DType> given_types;
+  for (const auto& [name, t] : options.inputs) {
+    given[name] = &t;
+    given_types[name] = t.dtype();
+  }
+  absl::StatusOr<TensorTypes> types = op.ResolveTypes(options.dtypes, options.with, given_types);
+  if (!types.ok()) return types.status();
+  if (absl::Status s = op.DimsFromInputs(given, values); !s.ok()) return s;
+  return types;
+}
+
 }  // namespace
 
 absl::Status MakeShapeArgs(const Op& op, const Values& given_values, const ProblemOptions& options,
                            ShapeArgs* out) {
   Values values = given_values;
-  std::map<std::string, const Tensor*> given;
-  std::map<std::string, DType> given_types;
-  for (const auto& [name, t] : options.inputs) {
-    given[name] = &t;
-    given_types[name] = t.dtype();
-  }
-  absl::StatusOr<TensorTypes> types = op.ResolveTypes(options.dtypes, options.with, given_types);
+  absl::StatusOr<TensorTypes> types = ResolveInputs(op, options, &values);
   if (!types.ok()) return types.status();
-  if (absl::Status s = op.DimsFromInputs(given, &values); !s.ok()) return s;
   return op.MakeShapeArgs(values, *types, out);
 }
 
 absl::Status FitsInMemory(const Op& op, const Values& given_values, const ProblemOptions& options) {
   Values values = given_values;
-  std::map<std::string, const Tensor*> given;
-  std::map<std::string, DType> given_types;
-  for (const auto& [name, t] : options.inputs) {
-    given[name] = &t;
-    given_types[name] = t.dtype();
-  }
-  absl::StatusOr<TensorTypes> types = op.ResolveTypes(options.dtypes, options.with, given_types);
+  absl::StatusOr<TensorTypes> types = ResolveInputs(op, options, &values);
   if (!types.ok()) return types.status();
-  if (absl::Status s = op.DimsFromInputs(given, &values); !s.ok()) return s;
   if (absl::Status s = op.Complete(&values); !s.ok()) return s;
   return TensorBytes(op, values, *types).status();
 }
@@ -236,15 +237,8 @@ absl::StatusOr<std::unique_ptr<Problem>> Problem::Make(std::shared_ptr<const Op>
                                                        const ProblemOptions& options) {
   const Op& op = *op_ptr;
   Values values = given_values;
-  std::map<std::string, const Tensor*> given;
-  std::map<std::string, DType> given_types;
-  for (const auto& [name, t] : options.inputs) {
-    given[name] = &t;
-    given_types[name] = t.dtype();
-  }
-  absl::StatusOr<TensorTypes> types = op.ResolveTypes(options.dtypes, options.with, given_types);
+  absl::StatusOr<TensorTypes> types = ResolveInputs(op, options, &values);
   if (!types.ok()) return types.status();
-  if (absl::Status s = op.DimsFromInputs(given, &values); !s.ok()) return s;
   if (absl::Status s = op.Complete(&values); !s.ok()) return s;
 
   // Every size is checked before anything is allocated.
