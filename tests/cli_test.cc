@@ -2,6 +2,7 @@
 // pages, --json records, and one clear line with exit code 2 for each kind of
 // bad input.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <chrono>
@@ -27,7 +28,7 @@ using Json = nlohmann::json;
 Result Kreg(const std::string& args, const std::string& env = "") { return RunKreg(KREG_PLUGIN_DIR, args, env); }
 
 std::string Dir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/kreg_cli_" + name;
+  std::string dir = ::testing::TempDir() + "/kreg_cli_" + name + "_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

@@ -51,8 +51,9 @@ std::string Dir(const std::string& name) {
   return dir;
 }
 
+// A table of this test process's own (two builds' tests may run at once).
 std::string Db(const std::string& name) {
-  std::string path = ::testing::TempDir() + "/kreg_tune_" + name + ".lut";
+  std::string path = ::testing::TempDir() + "/kreg_tune_" + name + "_" + std::to_string(getpid()) + ".lut";
   std::filesystem::remove(path);
   return path;
 }
@@ -477,7 +478,7 @@ TEST(TuneTest, ASweepKilledMidwayResumesFromItsCheckpoint) {
 
 TEST(TuneTest, CtrlCStopsCleanlyAndLeavesAValidTable) {
   const std::string db = Db("interrupted");
-  const std::string log = ::testing::TempDir() + "/kreg_tune_interrupted.log";
+  const std::string log = ::testing::TempDir() + "/kreg_tune_interrupted_" + std::to_string(getpid()) + ".log";
   pid_t pid = Spawn("tune topk --dims batch=4,n=2000,k=10 --variants faulty --strategy exhaustive --reps 3 "
                     "--timeout 60 --db " + db, log);
   ASSERT_TRUE(WaitForTrial(db, "crash"));
@@ -661,7 +662,7 @@ TEST(TuneTest, DbSlimKeepsEachVariantsFastestTrial) {
   db.AddTrial(key, MakeTrial("sort", "nth_element", 150));
   db.AddTrial(key, MakeTrial("heap", "", 120));
   db.AddTrial(key, MakeTrial("radix", "", 0, tuning::Trial::CRASHED));
-  const std::string in = Db("slim_in"), out = ::testing::TempDir() + "/kreg_tune_slim_out.txtpb";
+  const std::string in = Db("slim_in"), out = ::testing::TempDir() + "/kreg_tune_slim_out_" + std::to_string(getpid()) + ".txtpb";
   std::filesystem::remove(out);
   ASSERT_TRUE(db.Save(in).ok());
   Result r = Kreg("db slim " + in + " " + out);
