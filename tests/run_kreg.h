@@ -39,9 +39,12 @@ inline Result RunCommand(const std::string& env, const std::string& binary, cons
   return r;
 }
 
-// Runs `env kreg --plugin_path=PLUGINS args`.
+// Runs `env kreg --plugin_path=PLUGINS args`, without the shipped tables
+// (KREG_TABLE_PATH empty) unless `env` sets KREG_TABLE_PATH: answers then
+// depend on the test's tables alone.
 inline Result RunKreg(const std::string& plugins, const std::string& args, const std::string& env = "") {
-  return RunCommand(env, KREG_BIN, "--plugin_path=" + plugins + " " + args);
+  const std::string tables = env.find("KREG_TABLE_PATH=") == std::string::npos ? "KREG_TABLE_PATH= " : "";
+  return RunCommand(tables + env, KREG_BIN, "--plugin_path=" + plugins + " " + args);
 }
 
 }  // namespace kreg

@@ -40,7 +40,7 @@ Result Kreg(const std::string& args) { return RunKreg(kPlugins, args); }
 
 // `kreg --plugin-path DIR args` (the dashed spelling).
 Result KregWith(const std::string& plugin_dir, const std::string& args) {
-  return RunCommand("", KREG_BIN, "--plugin-path " + plugin_dir + " " + args);
+  return RunCommand("KREG_TABLE_PATH=", KREG_BIN, "--plugin-path " + plugin_dir + " " + args);
 }
 
 // A scratch folder for input files.
@@ -202,7 +202,7 @@ TEST(TuneTest, ACalibratedCostModelAnswersUntunedCollectives) {
   EXPECT_THAT(r.out, HasSubstr("-> allreduce/direct outstanding="));
   EXPECT_THAT(r.out, HasSubstr("[exact from count=3,ranks=4"));
   r = Kreg("query allreduce --ranks 4 --backend mpi --db " + db + " --dims count=3");
-  EXPECT_THAT(r.out, HasSubstr("[default]"));
+  EXPECT_THAT(r.out, HasSubstr("[default: "));
 }
 
 TEST(TuneTest, AKernelCheckThatCrashesOrHangsCostsOnlyItsOwnConfigurations) {
@@ -250,7 +250,7 @@ TEST(TuneTest, QueryAndDispatchedRunAnswerFromTheTable) {
   EXPECT_THAT(r.out, HasSubstr("\"match\":\"nearest\""));
   EXPECT_THAT(r.out, HasSubstr("\"tuned_dims\":{\"batch\":8,\"n\":4000,\"k\":16}"));
   r = Kreg("query topk --dims batch=16,n=5000,k=20 --dtype bf16 --db " + db);
-  EXPECT_THAT(r.out, HasSubstr("[default]"));
+  EXPECT_THAT(r.out, HasSubstr("[default: "));
   r = Kreg("run topk --db " + db + " --dims batch=8,n=4000,k=16 --check");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: exact)"));
@@ -259,6 +259,51 @@ TEST(TuneTest, QueryAndDispatchedRunAnswerFromTheTable) {
   r = Kreg("db diff " + db + " " + db);
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("the winners agree everywhere"));
+}
+
+TEST(TuneTest, AnotherMachinesShippedTableAnswersAndSaysWhose) {
+  // A machine kreg sees without AVX2 (KREG_ISA_MASK) is another machine of
+  // the same vendor and architecture: its table, shipped, answers here.
+  const std::string dir = Dir("shipped");
+  const std::string shipped = dir + "/other-machine.txtpb";
+  Result r = RunKreg(kPlugins, "tune topk --dims batch=8,n=4000,k=16 --variants sort,radix --reps 3 --db " + shipped,
+                     "KREG_ISA_MASK=fma");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string tables = "KREG_TABLE_PATH=" + dir;
+  r = RunKreg(kPlugins, "query topk --dims batch=8,n=4000,k=16", tables);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("[similar machine ("));
+  EXPECT_THAT(r.out, HasSubstr(") from batch=8,n=4000,k=16, "));
+  r = RunKreg(kPlugins, "query topk --dims batch=8,n=4000,k=16 --json", tables);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Json answer = Json::parse(r.stdout_text);
+  EXPECT_EQ(answer["match"], "similar machine");
+  EXPECT_EQ(answer["machine"]["isa"], Json::array({"fma"}));
+  EXPECT_TRUE(answer["why"].is_null());
+  Result here = RunKreg(kPlugins, "machine --json");
+  ASSERT_EQ(here.code, 0) << here.out;
+  EXPECT_EQ(answer["key"]["machine"], Json::parse(here.stdout_text)["id"]);
+  EXPECT_NE(answer["machine"]["id"], answer["key"]["machine"]);
+  // Only this machine's measurements: a default, saying why.
+  r = RunKreg(kPlugins, "query topk --dims batch=8,n=4000,k=16 --machine strict", tables);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("[default: no table for this machine ("));
+  EXPECT_THAT(r.out, HasSubstr("(strict: no other machine asked); measured default: topk/"));
+  r = RunKreg(kPlugins, "query topk --dims batch=8,n=4000,k=16 --no-shipped", tables);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("[default: no table for this machine ("));
+  EXPECT_THAT(r.out, HasSubstr("the op's default"));
+  // Run says whose answer it ran; a table of this machine's own comes first.
+  r = Kreg("run topk --db " + shipped + " --dims batch=8,n=4000,k=16 --check");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: similar machine ("));
+  const std::string own = Db("shipped_own");
+  ASSERT_EQ(Kreg("tune topk --dims batch=8,n=4000,k=16 --variants heap --reps 3 --db " + own).code, 0);
+  r = RunKreg(kPlugins, "query topk --dims batch=8,n=4000,k=16 --db " + own, tables);
+  EXPECT_THAT(r.out, HasSubstr("-> topk/heap  [exact from batch=8,n=4000,k=16"));
+  r = RunKreg(kPlugins, "query topk --dims batch=8,n=4000,k=16 --machine nearby", tables);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_THAT(r.stderr_text, HasSubstr("--machine"));
 }
 
 TEST(TuneTest, BadInputGetsOneClearLineAndExitCode2) {
@@ -349,10 +394,10 @@ TEST(TuneTest, RaggedRowsAreTunedUnderTheirOwnKeyAndAnsweredExactly) {
   r = Kreg("query topk --dims batch=6,n=3000,k=8 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("topk f32 batch=6,n=3000,k=8 -> topk/radix"));
-  EXPECT_THAT(r.out, HasSubstr("[default]"));
+  EXPECT_THAT(r.out, HasSubstr("[default: "));
   r = Kreg("query topk --with row_starts,row_ends --dims batch=6,n=3000,k=8 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("[default]"));
+  EXPECT_THAT(r.out, HasSubstr("[default: "));
   r = Kreg("run topk --db " + db + " --input input=" + dir + "/x.npy --dims k=8 --check");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: default)"));
@@ -391,7 +436,7 @@ TEST(TuneTest, ANewOpTunesQueriesAndRunsThroughTheCommandLine) {
   r = KregWith(plugins, "query axpy --dims n=5000 --dtype bf16 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("axpy bf16 n=5000 -> axpy/blocked"));
-  EXPECT_THAT(r.out, HasSubstr("[default]"));
+  EXPECT_THAT(r.out, HasSubstr("[default: "));
   // The attribute alpha is not part of the key: any alpha answers exactly.
   r = KregWith(plugins, "run axpy --db " + db + " --dims n=5000,alpha=0.5 --reps 2 --check");
   ASSERT_EQ(r.code, 0) << r.out;
@@ -434,7 +479,7 @@ TEST(TuneTest, TheOpsDataClassKeysTuningAndDispatch) {
   EXPECT_THAT(r.out, HasSubstr("[exact from n=2000"));
   r = KregWith(plugins, "query axpy --dims n=2000 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("[default]"));
+  EXPECT_THAT(r.out, HasSubstr("[default: "));
 }
 
 // Starts `kreg tune ...` in the background, its output into `log`; returns

@@ -201,18 +201,81 @@ Json AnswerJson(const tuning::ProblemKey& asked, const LutAnswer& answer) {
   out["tuned_dims"] = answer.tuned_dims != nullptr ? DimsJson(*answer.tuned_dims) : Json(nullptr);
   out["distance"] = answer.distance;
   out["median_ns"] = answer.trial != nullptr ? Json(Ns(answer.trial->median_ns())) : Json(nullptr);
+  out["machine"] = answer.machine != nullptr ? MachineJson(*answer.machine) : Json(nullptr);
+  out["why"] = answer.why.empty() ? Json(nullptr) : Str(answer.why);
   return out;
+}
+
+Json MachineJson(const tuning::Machine& machine) {
+  Json out = Json::object();
+  out["id"] = Str(machine.id());
+  out["model"] = Str(machine.cpu_model());
+  out["vendor"] = Str(MachineVendor(machine));
+  out["arch"] = Str(MachineArch(machine));
+  out["uarch"] = Str(MicroArch(machine));
+  out["isa"] = Json::array();
+  for (const std::string& isa : machine.isa()) out["isa"].push_back(Str(isa));
+  out["cores"] = machine.cores();
+  out["class"] = Str(MachineClass(machine));
+  return out;
+}
+
+std::string AnswerHow(const LutAnswer& answer, bool detailed) {
+  std::string how(MatchName(answer.match));
+  if (answer.match == Match::kSimilar && answer.machine != nullptr) {
+    absl::StrAppend(&how, " (", MachineSummary(*answer.machine), ")");
+  }
+  if (!detailed) {
+    // run's one line: how it matched
+  } else if (answer.match == Match::kDefault) {
+    absl::StrAppend(&how, ": ", answer.why);
+  } else if (answer.tuned_dims != nullptr) {
+    absl::StrAppend(&how, " from ", DimsString(*answer.tuned_dims),
+                    answer.trial != nullptr ? ", " + Ms(answer.trial->median_ns()) : "");
+  }
+  if (answer.incomplete) absl::StrAppend(&how, ", incomplete");
+  return how;
+}
+
+absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry) {
+  TuningDb db;
+  if (!flags.db.empty()) {
+    absl::StatusOr<TuningDb> given = LoadTable(flags, flags.db);
+    if (!given.ok()) return given.status();
+    db = *std::move(given);
+  }
+  if (!flags.no_shipped) {
+    std::vector<std::string> warnings;
+    TuningDb shipped = ShippedTables(&warnings);
+    for (const std::string& w : warnings) Warn(flags, w);
+    tuning::Database known;  // the entries of loaded ops
+    *known.mutable_machines() = shipped.proto().machines();
+    for (const tuning::Entry& e : shipped.proto().entries()) {
+      if (registry.GetOp(e.key().op()).ok()) *known.add_entries() = e;
+    }
+    known.set_schema_version(kSchemaVersion);
+    absl::StatusOr<TuningDb> adopted = TuningDb::FromProto(std::move(known));
+    if (!adopted.ok()) return adopted.status();
+    db.MergeFrom(*adopted);
+  }
+  LutOptions options;
+  if (flags.machine == "strict") {
+    options.machines = MachinePolicy::kStrict;
+  } else if (flags.machine != "similar") {
+    return absl::InvalidArgumentError(absl::StrCat("--machine '", flags.machine, "': expected similar or strict"));
+  }
+  absl::StatusOr<Lut> lut = Lut::Build(db, registry, options);
+  if (!lut.ok()) return lut.status();
+  for (const std::string& w : lut->warnings()) Warn(flags, w);
+  return lut;
 }
 
 // ---- The table's choice ---------------------------------------------------------------
 
 absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpec& spec, const Registry& registry,
                                             const kreg_args& args) {
-  absl::StatusOr<TuningDb> db = LoadTable(flags, flags.db);
-  if (!db.ok()) return db.status();
-  absl::StatusOr<Lut> lut = Lut::Build(*db, registry);
+  absl::StatusOr<Lut> lut = AnsweringLut(flags, registry);
   if (!lut.ok()) return lut.status();
-  for (const std::string& w : lut->warnings()) Warn(flags, w);
   const OpKey key = spec.op->KeyOf(args);
   absl::StatusOr<std::string> data_class = DataClassOf(flags, spec, args);
   if (!data_class.ok()) return data_class.status();
@@ -225,7 +288,7 @@ absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpe
   TableChoice choice;
   choice.kernel = *kernel;
   choice.config = *a->config;
-  choice.how = absl::StrCat(MatchName(a->match), a->incomplete ? ", incomplete" : "");
+  choice.how = AnswerHow(*a, /*detailed=*/false);
   choice.answer = AnswerJson(MakeProblemKey(spec.op->name(), key, machine, *data_class), *a);
   return choice;
 }

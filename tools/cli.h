@@ -47,6 +47,10 @@ struct Flags {
   uint64_t seed = 1;
   std::string data_class;
   std::string db;
+  // Which machines' measurements answer (query, run OP): "similar" or
+  // "strict"; and whether the shipped tables answer behind --db.
+  std::string machine = "similar";
+  bool no_shipped = false;
 
   // Measuring.
   int warmup = 3, reps = 10, threads = 0;
@@ -85,6 +89,13 @@ absl::StatusOr<ProblemOptions> OptionsFromFlags(const Flags& flags);
 // a table is bad input (InvalidArgument naming it); an older binary table
 // without a checksum is read with a warning.
 absl::StatusOr<TuningDb> LoadTable(const Flags& flags, const std::string& path);
+
+// What query and run OP ask: the --db table (if given) with the shipped
+// tables behind it (unless --no-shipped), resolved against `registry` with
+// --machine's policy; warnings printed. Shipped entries of ops the registry
+// does not know are left out silently (their plugins are simply not
+// loaded).
+absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry);
 
 // A problem as the flags describe it: the op, its dims and attributes from
 // `dims` (dims may stay unknown until inputs give them; a collective's ranks
@@ -128,8 +139,10 @@ Json KeyJson(const tuning::ProblemKey& key);
 // A measured candidate: {"kernel","version","params","median_ns","min_ns",
 // "max_ns","reps"}.
 Json TrialJson(absl::string_view op, const tuning::Trial& trial);
+// A machine record: {"id","model","vendor","arch","uarch","isa","cores"}.
+Json MachineJson(const tuning::Machine& machine);
 // The answer record: {"key","kernel","version","params","match",
-// "incomplete","tuned_dims","distance","median_ns"}.
+// "incomplete","tuned_dims","distance","median_ns","machine","why"}.
 Json AnswerJson(const tuning::ProblemKey& asked, const LutAnswer& answer);
 int64_t Ns(double ns);  // rounded
 
@@ -140,9 +153,13 @@ std::string Ms(double ns);
 struct TableChoice {
   std::shared_ptr<const Kernel> kernel;
   Config config;
-  std::string how;  // "exact", "nearest" or "default", then ", incomplete" if so
+  std::string how;  // AnswerHow's
   Json answer;      // the answer record
 };
+// How an answer matched, for people: "exact", "similar machine (AMD EPYC,
+// zen2, avx2, 2 cores)", "default"; `detailed` adds where from ("exact from
+// DIMS, 1.2 ms") or why ("default: WHY"); then ", incomplete" if so.
+std::string AnswerHow(const LutAnswer& answer, bool detailed);
 absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpec& spec, const Registry& registry,
                                             const kreg_args& args);
 

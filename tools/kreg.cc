@@ -219,6 +219,20 @@ Json KernelJson(const PluginInfo& plugin, const Kernel& k) {
 
 }  // namespace
 
+absl::Status MachineCmd(const Flags& flags) {
+  const tuning::Machine& m = ThisMachine();
+  if (flags.json) {
+    std::cout << Dump(MachineJson(m)) << "\n";
+    return absl::OkStatus();
+  }
+  const std::string uarch = MicroArch(m);
+  std::cout << ValidUtf8(absl::StrFormat(
+      "id      %s\nclass   %s\nmodel   %s\nvendor  %s, %s, family %d model %d%s\nisa     %s\ncores   %d\n", m.id(),
+      MachineClass(m), m.cpu_model(), m.vendor(), m.arch(), m.family(), m.model(),
+      uarch.empty() ? "" : " (" + uarch + ")", absl::StrJoin(m.isa(), ","), m.cores()));
+  return absl::OkStatus();
+}
+
 absl::Status List(const Flags& flags) {
   absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry(flags);
   if (!registry.ok()) return registry.status();
@@ -726,6 +740,16 @@ void AddComm(CLI::App* c, Flags& f) {
 void AddDataClass(CLI::App* c, Flags& f, const char* what) {
   c->add_option("--data-class,--data_class", f.data_class, what)->option_text("TEXT");
 }
+void AddTables(CLI::App* c, Flags& f) {
+  c->add_option("--machine", f.machine,
+                "whose measurements answer: similar (this machine's, else the most similar tuned machine's) or "
+                "strict (this machine's only)")
+      ->option_text("similar|strict")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"similar", "strict"}));
+  c->add_flag("--no-shipped,--no_shipped", f.no_shipped,
+              "ask only --db, not the tables shipped with kreg (share/kreg/tables, or KREG_TABLE_PATH)");
+}
 
 int Main(int argc, char** argv) {
 
@@ -762,6 +786,15 @@ int Main(int argc, char** argv) {
                    "and defaults.",
                    "kreg list\nkreg list --json\nKREG_ISA_MASK=fma kreg list   # as a CPU without AVX2 sees it"});
 
+  // machine
+  CLI::App* machine = app.add_subcommand("machine", "this machine's fingerprint: the key tables file its entries under");
+  machine->set_help_flag("-h,--help", "print this help");
+  help->Set(machine, {"kreg machine [--json]",
+                      "Prints what kreg fingerprints this machine by (CPU model, vendor, architecture, family and "
+                      "model, the ISA extensions kernels may need, logical cores), its id, and its class: the name "
+                      "of the shipped table for machines like it.",
+                      "kreg machine\nKREG_ISA_MASK=fma kreg machine   # another machine to kreg"});
+
   // run
   CLI::App* run = app.add_subcommand("run", "run one kernel (or a table's choice) on built inputs: time it, check it");
   run->set_help_flag("-h,--help", "print this help");
@@ -795,6 +828,7 @@ int Main(int argc, char** argv) {
   run->add_option("--db", f.db, "a tuning table; with OP alone, run what it picks for the problem")->option_text("FILE");
   AddDataClass(run, f, "with --db: the data class to ask the table for (default: the op's classifier on the inputs, "
                        "else dist=NAME for a --dist other than normal)");
+  AddTables(run, f);
 
   // tune
   CLI::App* tune = app.add_subcommand("tune", "search every variant's parameters for problems; results go into a table");
@@ -848,16 +882,20 @@ int Main(int argc, char** argv) {
   // query
   CLI::App* query = app.add_subcommand("query", "what a table answers for problems: exact, nearest or default");
   query->set_help_flag("-h,--help", "print this help");
-  help->Set(query, {"kreg query OP --dims NAME=V,... [--dims NAME=V,...]... --db FILE [flags]",
-                    "Prints, for each problem (one per --dims), the kernel and parameters the table answers with "
-                    "on this machine and how: exact (tuned for this problem), nearest (the nearest tuned problem "
-                    "whose choice is legal here) or default (nothing usable was tuned). \"incomplete\" marks an "
-                    "answer from a sweep that was cut short.",
+  help->Set(query, {"kreg query OP --dims NAME=V,... [--dims NAME=V,...]... [--db FILE] [flags]",
+                    "Prints, for each problem (one per --dims), the kernel and parameters the tables (--db, then "
+                    "the shipped ones) answer with on this machine and how: exact (tuned for this problem here), "
+                    "nearest (the nearest problem tuned here whose choice is legal), similar machine (nothing "
+                    "tuned here; the most similar tuned machine's exact or nearest answer, named), model (a "
+                    "collective's calibrated costs) or default (why, and the default measured across machines, "
+                    "else the op's own). \"incomplete\" marks an answer from a sweep that was cut short.",
                     "kreg query topk --dims batch=48,n=40000,k=64 --db topk.lut\n"
+                    "kreg query topk --dims batch=128,n=201088,k=64 --machine strict\n"
                     "kreg query topk --dims batch=8,n=4000,k=16 --dims batch=6,n=3000,k=8 --with row_ends --db topk.lut --json"});
   query->add_option("OP", f.target, "the op to ask about")->required();
   AddDims(query, f, "a problem: the op's dims and attributes; repeatable, one answer each")->required();
-  query->add_option("--db", f.db, "the table to ask")->option_text("FILE")->required();
+  query->add_option("--db", f.db, "a table to ask before the shipped ones")->option_text("FILE");
+  AddTables(query, f);
   AddDtype(query, f);
   AddWith(query, f);
   AddDist(query, f);
@@ -997,6 +1035,8 @@ int Main(int argc, char** argv) {
   try {
     if (selected == list) {
       status = List(f);
+    } else if (selected == machine) {
+      status = MachineCmd(f);
     } else if (selected == run) {
       status = Run(f);
     } else if (selected == tune) {

@@ -229,11 +229,8 @@ absl::Status Tune(const Flags& flags) {
 absl::Status Query(const Flags& flags) {
   absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry(flags);
   if (!registry.ok()) return registry.status();
-  absl::StatusOr<TuningDb> db = LoadTable(flags, flags.db);
-  if (!db.ok()) return db.status();
-  absl::StatusOr<Lut> lut = Lut::Build(*db, **registry);
+  absl::StatusOr<Lut> lut = AnsweringLut(flags, **registry);
   if (!lut.ok()) return lut.status();
-  for (const std::string& w : lut->warnings()) Warn(flags, w);
   const std::string machine = ThisMachine().id();
   for (const std::string& d : flags.dims) {
     absl::StatusOr<ProblemSpec> spec = SpecFromFlags(flags, **registry, flags.target, d);
@@ -252,11 +249,7 @@ absl::Status Query(const Flags& flags) {
       continue;
     }
     const std::string config = a->kernel->ConfigString(*a->config);
-    std::string how(MatchName(a->match));
-    if (a->tuned_dims != nullptr) {
-      absl::StrAppend(&how, " from ", DimsString(*a->tuned_dims), a->trial ? ", " + Ms(a->trial->median_ns()) : "");
-    }
-    if (a->incomplete) absl::StrAppend(&how, ", incomplete");
+    const std::string how = AnswerHow(*a, /*detailed=*/true);
     std::cout << ValidUtf8(absl::StrFormat("%s %s %s%s -> %s%s%s  [%s]\n", spec->op->name(), key.dtype,
                                            DimsString(key.dims), data_class->empty() ? "" : " [" + *data_class + "]",
                                            a->kernel->name(), config.empty() ? "" : " ", config, how));

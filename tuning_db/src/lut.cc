@@ -18,11 +18,14 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace kreg {
@@ -193,6 +196,7 @@ struct Lut::Impl {
     tuning::Trial trial;
     bool incomplete = false;  // its sweep was cut short
     std::string problem;
+    std::string note;  // a measured default's provenance
   };
   // An entry's key, compact for the exact path: strings interned in
   // `strings`, dims in `dim_names` / `dim_values` [dims_begin, +dims_count).
@@ -249,6 +253,54 @@ struct Lut::Impl {
   kreg_host host{};
   // Calibrated communicator costs, by machine id and backend.
   std::map<std::pair<std::string, std::string>, kreg_comm_model> comm_models;
+  MachinePolicy policy = MachinePolicy::kSimilar;
+  // Machine records by id: the table's, and this machine's.
+  absl::flat_hash_map<std::string, tuning::Machine> machines;
+  // Per machine record: the other machines with entries that may answer for
+  // it, most similar first (MachinePolicy::kSimilar).
+  absl::flat_hash_map<std::string, std::vector<std::string>> similar;
+  // What was tuned, for saying why a default answers: machines with any
+  // entry, and "machine\x1fop\x1fdtype" of every entry.
+  absl::flat_hash_set<std::string> tuned_machines, tuned_ops;
+
+  const tuning::Machine* FindMachine(absl::string_view id) const {
+    auto it = machines.find(id);
+    return it == machines.end() ? nullptr : &it->second;
+  }
+  // Points `answer` at `item`.
+  void Fill(uint32_t i, Match match, float distance, LutAnswer* answer) const {
+    const Item& item = items[i];
+    answer->kernel = item.kernel;
+    answer->config = &item.config;
+    answer->match = match;
+    answer->tuned_dims = &item.dims;
+    answer->distance = distance;
+    answer->trial = &item.trial;
+    answer->incomplete = item.incomplete;
+    answer->machine = FindMachine(strings[keys[i].machine]);
+  }
+  // The entry of `machine` for exactly this problem, if it can answer;
+  // else kNone, with an entry that cannot reported in answer->warnings and
+  // in *unusable.
+  uint32_t FindExact(absl::string_view op_name, absl::string_view dtype, absl::string_view machine,
+                     absl::string_view data_class, const Dims& dims, const Op* op, const DimsDigest& digest,
+                     LutAnswer* answer, uint32_t* unusable) const;
+  // The nearest entry of `machine` (same op, dtype, data class and dim
+  // names; not `skip`) whose config is legal for `shape`, and its distance;
+  // kNone if none. Entries passed over are reported in answer->warnings.
+  std::pair<uint32_t, float> FindNearest(absl::string_view op_name, absl::string_view dtype,
+                                         absl::string_view machine, absl::string_view data_class,
+                                         const Dims& dims, const Op* op, const DimsDigest& digest,
+                                         const ShapeArgs& shape, uint32_t skip, LutAnswer* answer) const;
+  // Records the table's machines and this one, what each tuned, and which
+  // are similar to which.
+  void AddMachines(const tuning::Database& proto);
+  // Adds an item under kMeasuredDefaultsId per shape tuned on any machine
+  // (see Lut::Build). Call after the entries' items, before the indexes.
+  void AddMeasuredDefaults(const tuning::Database& proto,
+                           const absl::flat_hash_map<std::string, std::shared_ptr<const Kernel>>& by_name);
+  // Why no measurement answered for `machine`: the start of LutAnswer::why.
+  std::string WhyDefault(absl::string_view op_name, absl::string_view dtype, absl::string_view machine) const;
 
   // The op called `name`, looked up without a call; nullptr if unknown.
   const OpEntry* FindOp(absl::string_view name) const {
@@ -415,6 +467,181 @@ int32_t Lut::Impl::BuildTree(Group* g, std::vector<float>& coords, size_t d, uin
   return index;
 }
 
+void Lut::Impl::AddMachines(const tuning::Database& proto) {
+  for (const tuning::Machine& m : proto.machines()) machines[m.id()] = m;
+  machines[ThisMachine().id()] = ThisMachine();
+  for (const tuning::Entry& e : proto.entries()) {
+    tuned_machines.insert(e.key().machine_id());
+    tuned_ops.insert(absl::StrCat(e.key().machine_id(), "\x1f", e.key().op(), "\x1f", e.key().dtype()));
+  }
+  for (const auto& [id, m] : machines) {
+    const std::string vendor = MachineVendor(m), arch = MachineArch(m);
+    if (vendor.empty() || arch.empty()) continue;
+    const absl::flat_hash_set<std::string> isa(m.isa().begin(), m.isa().end());
+    struct Ranked {
+      int isa_apart;
+      double cores_apart;
+      int other_generation;
+      std::string id;
+      bool operator<(const Ranked& o) const {
+        return std::tie(isa_apart, cores_apart, other_generation, id) <
+               std::tie(o.isa_apart, o.cores_apart, o.other_generation, o.id);
+      }
+    };
+    std::vector<Ranked> ranked;
+    for (const auto& [other_id, o] : machines) {
+      if (other_id == id || !tuned_machines.contains(other_id)) continue;
+      if (MachineVendor(o) != vendor || MachineArch(o) != arch) continue;
+      int apart = 0;
+      for (const std::string& x : o.isa()) apart += isa.contains(x) ? 0 : 1;
+      for (const std::string& x : isa) {
+        apart += std::find(o.isa().begin(), o.isa().end(), x) == o.isa().end() ? 1 : 0;
+      }
+      const bool same_generation = m.family() != 0 && m.family() == o.family() && m.model() == o.model();
+      const double cores = std::fabs(std::log2(std::max(1u, m.cores())) - std::log2(std::max(1u, o.cores())));
+      ranked.push_back({apart, cores, same_generation ? 0 : 1, other_id});
+    }
+    std::sort(ranked.begin(), ranked.end());
+    std::vector<std::string>& out = similar[id];
+    for (Ranked& r : ranked) out.push_back(std::move(r.id));
+  }
+}
+
+void Lut::Impl::AddMeasuredDefaults(
+    const tuning::Database& proto,
+    const absl::flat_hash_map<std::string, std::shared_ptr<const Kernel>>& by_name) {
+  // The machines' order of preference for a default's configuration: this
+  // one, the similar ones, then the rest by id.
+  std::vector<std::string> preference = {ThisMachine().id()};
+  if (auto it = similar.find(ThisMachine().id()); it != similar.end()) {
+    preference.insert(preference.end(), it->second.begin(), it->second.end());
+  }
+  auto rank_of = [&](const std::string& id) {
+    auto at = std::find(preference.begin(), preference.end(), id);
+    return at == preference.end() ? preference.size() : static_cast<size_t>(at - preference.begin());
+  };
+  // Entries per shape (op, dtype signature, data class, canonical dims).
+  struct Shape {
+    const OpEntry* op = nullptr;
+    const tuning::ProblemKey* key = nullptr;
+    Dims dims;
+    std::vector<const tuning::Entry*> entries;
+  };
+  std::map<std::string, Shape> shapes;
+  for (const tuning::Entry& e : proto.entries()) {
+    const OpEntry* op = FindOp(e.key().op());
+    if (op == nullptr || op->FindTypes(e.key().dtype()) == nullptr || e.key().machine_id() == kMeasuredDefaultsId) {
+      continue;
+    }
+    Dims dims = CanonicalDims(*op->op, KeyDims(e.key()));
+    Shape& shape = shapes[absl::StrCat(e.key().op(), "\x1f", e.key().dtype(), "\x1f", e.key().data_class(), "\x1f",
+                                       DimsString(dims))];
+    if (shape.op == nullptr) {
+      shape.op = op;
+      shape.key = &e.key();
+      shape.dims = std::move(dims);
+    }
+    shape.entries.push_back(&e);
+  }
+  auto intern = [&](absl::string_view text) {  // few strings: ops, dtypes, dim names, machines
+    for (uint32_t i = 0; i < strings.size(); ++i) {
+      if (strings[i] == text) return i;
+    }
+    strings.emplace_back(text);
+    return static_cast<uint32_t>(strings.size() - 1);
+  };
+  const uint32_t machine = intern(kMeasuredDefaultsId);
+  for (auto& [id, shape] : shapes) {
+    // Per machine: each current variant's fastest OK trial, and the best.
+    struct Measured {
+      const tuning::Entry* entry;
+      double best = std::numeric_limits<double>::infinity();
+      absl::flat_hash_map<std::string, const tuning::Trial*> fastest;  // by kernel name
+    };
+    std::vector<Measured> measured;
+    for (const tuning::Entry* e : shape.entries) {
+      Measured m{e, std::numeric_limits<double>::infinity(), {}};
+      for (const tuning::Trial& t : e->trials()) {
+        if (t.status() != tuning::Trial::OK || !std::isfinite(t.median_ns()) || t.median_ns() <= 0) continue;
+        auto it = by_name.find(absl::StrCat(e->key().op(), "/", t.variant()));
+        if (it == by_name.end() || it->second->version() != t.variant_version()) continue;
+        m.best = std::min(m.best, t.median_ns());
+        const tuning::Trial*& f = m.fastest[it->first];
+        if (f == nullptr || t.median_ns() < f->median_ns()) f = &t;
+      }
+      if (!m.fastest.empty()) measured.push_back(std::move(m));
+    }
+    if (measured.empty()) continue;
+    std::sort(measured.begin(), measured.end(), [&](const Measured& a, const Measured& b) {
+      return rank_of(a.entry->key().machine_id()) < rank_of(b.entry->key().machine_id()) ||
+             (rank_of(a.entry->key().machine_id()) == rank_of(b.entry->key().machine_id()) &&
+              a.entry->key().machine_id() < b.entry->key().machine_id());
+    });
+    ShapeArgs own;
+    if (!MakeShape(*shape.op->op, *shape.op->FindTypes(shape.key->dtype()), shape.dims, &own).ok()) continue;
+    // Variants by geometric-mean slowdown over the machines that measured them.
+    struct Score {
+      double log_ratio;
+      size_t count;
+      std::string name;
+    };
+    std::map<std::string, std::pair<double, size_t>> sums;
+    for (const Measured& m : measured) {
+      for (const auto& [name, t] : m.fastest) {
+        auto& [sum, count] = sums[name];
+        sum += std::log(t->median_ns() / m.best);
+        ++count;
+      }
+    }
+    std::vector<Score> scores;
+    for (const auto& [name, sum_count] : sums) {
+      const auto& [sum, count] = sum_count;
+      if (2 * count < measured.size() || !by_name.at(name)->available()) continue;
+      scores.push_back({sum / static_cast<double>(count), count, name});
+    }
+    std::sort(scores.begin(), scores.end(), [](const Score& a, const Score& b) {
+      return std::tie(a.log_ratio, b.count, a.name) < std::tie(b.log_ratio, a.count, b.name);
+    });
+    // The best-scored variant with a configuration legal for the shape,
+    // from the most similar machine that measured it.
+    for (const Score& score : scores) {
+      const Kernel& kernel = *by_name.at(score.name);
+      Item item;
+      for (const Measured& m : measured) {
+        auto it = m.fastest.find(score.name);
+        if (it == m.fastest.end()) continue;
+        absl::StatusOr<Config> config = FromProtoConfig(kernel, it->second->config());
+        if (!config.ok() || !Legal(kernel, *config, own).ok()) continue;
+        item.kernel = &kernel;
+        item.config = *std::move(config);
+        item.trial = *it->second;
+        break;
+      }
+      if (item.kernel == nullptr) continue;
+      item.dims = shape.dims;
+      item.key_text = absl::StrCat(shape.key->op(), " ", shape.key->dtype(), " ", DimsString(shape.dims),
+                                   shape.key->data_class().empty() ? "" : " [" + shape.key->data_class() + "]",
+                                   " (measured default)");
+      item.note = absl::StrFormat("%s, %.2fx the best (geometric mean) on %d of the %d machines that tuned %s",
+                                  kernel.name(), std::exp(score.log_ratio), score.count, measured.size(),
+                                  DimsString(shape.dims));
+      Key key{intern(shape.key->op()),
+              intern(shape.key->dtype()),
+              machine,
+              intern(shape.key->data_class()),
+              static_cast<uint32_t>(dim_names.size()),
+              static_cast<uint32_t>(item.dims.size())};
+      for (const auto& [name, value] : item.dims) {
+        dim_names.push_back(intern(name));
+        dim_values.push_back(value);
+      }
+      keys.push_back(key);
+      items.push_back(std::move(item));
+      break;
+    }
+  }
+}
+
 Lut::Lut(std::unique_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 Lut::Lut(Lut&&) noexcept = default;
 Lut& Lut::operator=(Lut&&) noexcept = default;
@@ -433,12 +660,15 @@ absl::string_view MatchName(Match match) {
       return "default";
     case Match::kModel:
       return "model";
+    case Match::kSimilar:
+      return "similar machine";
   }
   return "?";
 }
 
-absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry) {
+absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry, const LutOptions& options) {
   auto impl = std::make_unique<Impl>();
+  impl->policy = options.machines;
   impl->host.struct_size = sizeof(kreg_host);
   impl->host.num_threads = 0;
   impl->host.isa = CpuIsa();
@@ -601,6 +831,9 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry) {
                                           count == 1 ? " entry" : " entries", " cannot answer"));
   }
 
+  impl->AddMachines(proto);
+  impl->AddMeasuredDefaults(proto, by_name);
+
   // The exact index.
   const uint32_t num_items = static_cast<uint32_t>(impl->items.size());
   impl->exact_next.assign(num_items, kNone);
@@ -656,6 +889,99 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry) {
   return Lut(std::move(impl));
 }
 
+uint32_t Lut::Impl::FindExact(absl::string_view op_name, absl::string_view dtype, absl::string_view machine,
+                              absl::string_view data_class, const Dims& dims, const Op* op,
+                              const DimsDigest& digest, LutAnswer* answer, uint32_t* unusable) const {
+  auto it = exact.find(ExactHash(op_name, dtype, machine, data_class, digest));
+  if (it == exact.end()) return kNone;
+  for (uint32_t i = it->second; i != kNone; i = exact_next[i]) {
+    if (!SameKey(keys[i], op_name, dtype, machine, data_class, dims, op, digest.count)) continue;
+    if (items[i].kernel != nullptr) return i;
+    answer->warnings.push_back(items[i].problem);
+    *unusable = i;
+    return kNone;
+  }
+  return kNone;
+}
+
+std::pair<uint32_t, float> Lut::Impl::FindNearest(absl::string_view op_name, absl::string_view dtype,
+                                                  absl::string_view machine, absl::string_view data_class,
+                                                  const Dims& dims, const Op* op, const DimsDigest& digest,
+                                                  const ShapeArgs& shape, uint32_t skip,
+                                                  LutAnswer* answer) const {
+  const Group* group = FindGroup(op_name, dtype, machine, data_class, dims, op, digest);
+  if (group == nullptr) return {kNone, 0};
+  const size_t d = group->names.size();
+  absl::InlinedVector<float, 8> q(d);
+  for (size_t j = 0; j < d; ++j) {
+    for (const auto& dim : dims) {
+      if (Eq(dim.first, strings[group->names[j]])) q[j] = Log2(dim.second);
+    }
+  }
+  // The nearest entry usually answers; only when it cannot are more looked
+  // at: the kCandidates nearest, then (rarely) all by distance.
+  Best best(1);
+  Nearest(*group, q.data(), &best);
+  std::vector<Candidate> all;
+  const Candidate* candidates = best.c;
+  size_t count = best.n, first = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    if (pass == 1) {
+      if (best.n < best.limit) break;  // saw every item already
+      best = Best(kCandidates);
+      Nearest(*group, q.data(), &best);
+      count = best.n;
+      first = 1;
+    } else if (pass == 2) {
+      if (best.n < best.limit) break;
+      all = All(*group, q.data());
+      candidates = all.data();
+      count = all.size();
+      first = kCandidates;
+    }
+    for (size_t c = first; c < count; ++c) {
+      const uint32_t i = candidates[c].item;
+      const Item& item = items[i];
+      if (i == skip) continue;
+      if (item.kernel == nullptr) {
+        answer->warnings.push_back(item.problem);
+        continue;
+      }
+      if (absl::Status s = Legal(*item.kernel, item.config, shape); !s.ok()) {
+        answer->warnings.push_back(absl::StrCat(item.key_text, ": ", item.kernel->name(), " ",
+                                                item.kernel->ConfigString(item.config),
+                                                " is not legal here: ", s.message()));
+        continue;
+      }
+      return {i, candidates[c].dist};
+    }
+  }
+  return {kNone, 0};
+}
+
+std::string Lut::Impl::WhyDefault(absl::string_view op_name, absl::string_view dtype,
+                                  absl::string_view machine) const {
+  const tuning::Machine* record = FindMachine(machine);
+  const std::string name =
+      record != nullptr ? absl::StrCat("this machine (", MachineSummary(*record), ")") : "this machine";
+  std::string why;
+  if (!tuned_machines.contains(machine)) {
+    why = absl::StrCat("no table for ", name);
+  } else if (!tuned_ops.contains(absl::StrCat(machine, "\x1f", op_name, "\x1f", dtype))) {
+    why = absl::StrCat("no entry for ", op_name, " ", dtype, " on ", name);
+  } else {
+    why = absl::StrCat("no entry for ", op_name, " ", dtype, " on ", name, " fits");
+  }
+  if (policy == MachinePolicy::kStrict) {
+    absl::StrAppend(&why, " (strict: no other machine asked)");
+  } else if (auto it = similar.find(machine); it == similar.end() || it->second.empty()) {
+    absl::StrAppend(&why, ", none for a machine like it (same vendor and architecture)");
+  } else {
+    absl::StrAppend(&why, ", nor for a similar machine");
+  }
+  return why;
+}
+
 absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_view dtype,
                                      const Dims& dims, absl::string_view machine_id,
                                      absl::string_view data_class) const {
@@ -670,29 +996,11 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_vie
   LutAnswer answer;
 
   // Exact.
-  uint32_t exact_item = kNone;
-  if (auto it = impl.exact.find(ExactHash(op_name, dtype, machine_id, data_class, digest));
-      it != impl.exact.end()) {
-    for (uint32_t i = it->second; i != kNone; i = impl.exact_next[i]) {
-      if (!impl.SameKey(impl.keys[i], op_name, dtype, machine_id, data_class, dims, op,
-                        digest.count)) {
-        continue;
-      }
-      const Impl::Item& item = impl.items[i];
-      if (item.kernel != nullptr) {
-        answer.kernel = item.kernel;
-        answer.config = &item.config;
-        answer.match = Match::kExact;
-        answer.tuned_dims = &item.dims;
-        answer.distance = 0;
-        answer.trial = &item.trial;
-        answer.incomplete = item.incomplete;
-        return answer;
-      }
-      answer.warnings.push_back(item.problem);
-      exact_item = i;
-      break;
-    }
+  uint32_t unusable = kNone;
+  if (uint32_t i = impl.FindExact(op_name, dtype, machine_id, data_class, dims, op, digest, &answer, &unusable);
+      i != kNone) {
+    impl.Fill(i, Match::kExact, 0, &answer);
+    return answer;
   }
 
   // The shape, for legality checks from here on.
@@ -708,81 +1016,77 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_vie
     if (absl::Status s = MakeShape(*op, *types, dims, &shape); !s.ok()) return s;
   }
 
-  // Nearest: the closest candidates first; past them (rare), all by distance.
-  if (const Impl::Group* group =
-          impl.FindGroup(op_name, dtype, machine_id, data_class, dims, op, digest)) {
-    const size_t d = group->names.size();
-    absl::InlinedVector<float, 8> q(d);
-    for (size_t j = 0; j < d; ++j) {
-      for (const auto& dim : dims) {
-        if (Eq(dim.first, impl.strings[group->names[j]])) q[j] = Log2(dim.second);
-      }
-    }
-    // The nearest entry usually answers; only when it cannot are more
-    // looked at: the kCandidates nearest, then (rarely) all by distance.
-    Best best(1);
-    impl.Nearest(*group, q.data(), &best);
-    std::vector<Candidate> all;
-    const Candidate* candidates = best.c;
-    size_t count = best.n, first = 0;
-    for (int pass = 0; pass < 3; ++pass) {
-      if (pass == 1) {
-        if (best.n < best.limit) break;  // saw every item already
-        best = Best(kCandidates);
-        impl.Nearest(*group, q.data(), &best);
-        count = best.n;
-        first = 1;
-      } else if (pass == 2) {
-        if (best.n < best.limit) break;
-        all = impl.All(*group, q.data());
-        candidates = all.data();
-        count = all.size();
-        first = kCandidates;
-      }
-      for (size_t c = first; c < count; ++c) {
-        const uint32_t i = candidates[c].item;
-        const Impl::Item& item = impl.items[i];
-        if (i == exact_item) continue;
-        if (item.kernel == nullptr) {
-          answer.warnings.push_back(item.problem);
-          continue;
+  // Nearest.
+  if (auto [i, distance] =
+          impl.FindNearest(op_name, dtype, machine_id, data_class, dims, op, digest, shape, unusable, &answer);
+      i != kNone) {
+    impl.Fill(i, Match::kNearest, distance, &answer);
+    return answer;
+  }
+
+  // Similar machines, most similar first: the same shape, else the nearest.
+  if (impl.policy == MachinePolicy::kSimilar) {
+    if (auto it = impl.similar.find(machine_id); it != impl.similar.end()) {
+      for (const std::string& other : it->second) {
+        uint32_t skip = kNone;
+        uint32_t i = impl.FindExact(op_name, dtype, other, data_class, dims, op, digest, &answer, &skip);
+        float distance = 0;
+        if (i == kNone) {
+          std::tie(i, distance) =
+              impl.FindNearest(op_name, dtype, other, data_class, dims, op, digest, shape, skip, &answer);
         }
-        if (absl::Status s = Legal(*item.kernel, item.config, shape); !s.ok()) {
-          answer.warnings.push_back(absl::StrCat(item.key_text, ": ", item.kernel->name(), " ",
-                                                 item.kernel->ConfigString(item.config),
-                                                 " is not legal here: ", s.message()));
-          continue;
+        if (i != kNone) {
+          impl.Fill(i, Match::kSimilar, distance, &answer);
+          return answer;
         }
-        answer.kernel = item.kernel;
-        answer.config = &item.config;
-        answer.match = Match::kNearest;
-        answer.tuned_dims = &item.dims;
-        answer.distance = candidates[c].dist;
-        answer.trial = &item.trial;
-        answer.incomplete = item.incomplete;
-        return answer;
       }
     }
   }
 
-  // Default: the op's own choice for this shape first, then its list.
+  // A collective's backend (its data class, "backend=NAME") calibrated on
+  // this machine: the op chooses by its costs.
   const auto& defaults = op_entry->defaults;
   if (defaults.empty()) {
     return absl::NotFoundError(absl::StrCat("no available kernel of op '", op_name, "' is registered"));
   }
-  size_t chosen = defaults.size();
-  // A collective's backend (its data class, "backend=NAME") calibrated on
-  // this machine: the op chooses by its costs.
   kreg_host host = impl.host;
   if (op->collective() && absl::StartsWith(data_class, "backend=")) {
     auto model = impl.comm_models.find({std::string(machine_id), std::string(data_class.substr(8))});
     if (model != impl.comm_models.end()) host.comm_model = &model->second;
   }
-  if (const std::string variant = op->DefaultVariant(*shape.args(), host); !variant.empty()) {
-    for (size_t i = 0; i < defaults.size() && chosen == defaults.size(); ++i) {
-      if (defaults[i].first->variant() == variant) chosen = i;
+  const std::string variant = op->DefaultVariant(*shape.args(), host);
+  size_t chosen = defaults.size();
+  for (size_t i = 0; i < defaults.size() && chosen == defaults.size() && !variant.empty(); ++i) {
+    if (defaults[i].first->variant() == variant) chosen = i;
+  }
+  if (host.comm_model != nullptr && chosen < defaults.size() &&
+      Legal(*defaults[chosen].first, defaults[chosen].second, shape).ok()) {
+    answer.kernel = defaults[chosen].first;
+    answer.config = &defaults[chosen].second;
+    answer.match = Match::kModel;
+    return answer;
+  }
+
+  // The measured default of the nearest shape measured on any machine.
+  answer.why = impl.WhyDefault(op_name, dtype, machine_id);
+  {
+    uint32_t skip = kNone;
+    uint32_t i = impl.FindExact(op_name, dtype, kMeasuredDefaultsId, data_class, dims, op, digest, &answer, &skip);
+    float distance = 0;
+    if (i == kNone) {
+      std::tie(i, distance) = impl.FindNearest(op_name, dtype, kMeasuredDefaultsId, data_class, dims, op, digest,
+                                               shape, skip, &answer);
+    }
+    if (i != kNone) {
+      impl.Fill(i, Match::kDefault, distance, &answer);
+      answer.trial = nullptr;  // measured elsewhere
+      answer.incomplete = false;
+      absl::StrAppend(&answer.why, "; measured default: ", impl.items[i].note);
+      return answer;
     }
   }
+
+  // The op's own choice for this shape first, then its list.
   std::string refusals;
   for (size_t n = 0; n <= defaults.size(); ++n) {
     // n == 0: the op's choice (if any); then the list in order, without it.
@@ -793,7 +1097,8 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_vie
     if (s.ok()) {
       answer.kernel = kernel;
       answer.config = &config;
-      answer.match = n == 0 && host.comm_model != nullptr ? Match::kModel : Match::kDefault;
+      answer.match = Match::kDefault;
+      absl::StrAppend(&answer.why, "; no measurement on any machine answers it: the op's default");
       return answer;
     }
     absl::StrAppend(&refusals, refusals.empty() ? "" : "; ", kernel->name(), ": ", s.message());

@@ -982,6 +982,195 @@ TEST_F(Query, NearestIsTheCloserTunedShapeInLog2) {
   }
 }
 
+// ---- Machines and their similarity ---------------------------------------------
+
+tuning::Machine FakeMachine(const std::string& vendor, std::vector<std::string> isa, uint32_t cores,
+                            uint32_t family = 25, uint32_t model = 1) {
+  tuning::Machine m;
+  m.set_cpu_model(vendor == "GenuineIntel" ? "Intel(R) Xeon(R)" : "AMD EPYC");
+  for (std::string& x : isa) m.add_isa(std::move(x));
+  m.set_cores(cores);
+  m.set_vendor(vendor);
+  m.set_arch("x86_64");
+  m.set_family(family);
+  m.set_model(model);
+  m.set_id(FingerprintId(m));
+  return m;
+}
+
+TEST(Machines, FingerprintsTellGenerationsApartAndKeepOldIds) {
+  tuning::Machine old;  // as recorded before vendors were
+  old.set_cpu_model("AMD EPYC");
+  old.add_isa("avx2");
+  old.add_isa("fma");
+  old.set_cores(2);
+  EXPECT_EQ(FingerprintId(old), "45db467da4354901");  // the shipped amd-epyc-avx2-2c table's
+  EXPECT_EQ(MachineVendor(old), "AuthenticAMD");
+  EXPECT_EQ(MachineArch(old), "x86_64");
+  EXPECT_EQ(MicroArch(old), "");
+  EXPECT_EQ(MachineSummary(old), "AMD EPYC, avx2, 2 cores");
+  EXPECT_EQ(MachineClass(old), "amd-epyc-avx2-2c");
+
+  const tuning::Machine zen3 = FakeMachine("AuthenticAMD", {"avx2", "fma"}, 2, 25, 1);
+  const tuning::Machine zen2 = FakeMachine("AuthenticAMD", {"avx2", "fma"}, 2, 23, 49);
+  EXPECT_NE(zen3.id(), FingerprintId(old));
+  EXPECT_NE(zen3.id(), zen2.id());
+  EXPECT_EQ(MicroArch(zen3), "zen3");
+  EXPECT_EQ(MicroArch(zen2), "zen2");
+  EXPECT_EQ(MicroArch(FakeMachine("AuthenticAMD", {}, 2, 25, 0x11)), "zen4");
+  EXPECT_EQ(MicroArch(FakeMachine("AuthenticAMD", {}, 2, 26, 2)), "zen5");
+  EXPECT_EQ(MicroArch(FakeMachine("GenuineIntel", {}, 2, 6, 0x8f)), "sapphirerapids");
+  EXPECT_EQ(MicroArch(FakeMachine("GenuineIntel", {}, 2, 6, 0x01)), "family 6 model 1");
+  EXPECT_EQ(MachineSummary(zen3), "AMD EPYC, zen3, avx2, 2 cores");
+  EXPECT_EQ(MachineClass(zen3), "amd-epyc-zen3-avx2-2c");
+  EXPECT_EQ(MachineClass(FakeMachine("GenuineIntel", {"avx2", "avx512f", "amx_tile"}, 16, 6, 0x8f)),
+            "intel-r-xeon-r-sapphirerapids-amx-16c");
+
+  const tuning::Machine& here = ThisMachine();
+  EXPECT_EQ(here.id(), FingerprintId(here));
+  EXPECT_FALSE(here.vendor().empty());
+  EXPECT_FALSE(here.arch().empty());
+}
+
+TEST_F(Query, TheMostSimilarTunedMachineAnswersWhenThisOneHasNoEntry) {
+  const tuning::Machine asked = FakeMachine("AuthenticAMD", {"avx2", "fma"}, 2);
+  const tuning::Machine more_cores = FakeMachine("AuthenticAMD", {"avx2", "fma"}, 4);
+  const tuning::Machine many_cores = FakeMachine("AuthenticAMD", {"avx2", "fma"}, 64);
+  const tuning::Machine other_isa = FakeMachine("AuthenticAMD", {"avx2", "fma", "avx512f"}, 2);
+  const tuning::Machine other_generation = FakeMachine("AuthenticAMD", {"avx2", "fma"}, 4, 23, 49);
+  const tuning::Machine intel = FakeMachine("GenuineIntel", {"avx2", "fma"}, 2);
+  tuning::Machine old;  // no vendor recorded: the model name says AMD
+  old.set_cpu_model("AMD EPYC 7B12");
+  old.add_isa("avx2");
+  old.set_cores(2);
+  old.set_id(FingerprintId(old));
+  // Each machine answers with another radix configuration, which tells who.
+  const std::vector<const tuning::Machine*> tuned = {&more_cores, &other_generation, &many_cores,
+                                                     &other_isa,  &old,              &intel};
+  auto config_of = [](size_t i) {
+    const int64_t first_bits[] = {8, 11, 12};
+    return Ints({{"first_bits", first_bits[i % 3]}, {"round_bits", i < 3 ? 8 : 4}, {"capacity", 4096}});
+  };
+  auto make_db = [&](size_t from) {
+    TuningDb db;
+    db.AddMachine(asked);
+    for (size_t i = from; i < tuned.size(); ++i) {
+      db.AddMachine(*tuned[i]);
+      db.AddTrial(Key(8, 1000, 10, tuned[i]->id()), MakeTrial("radix", config_of(i), 100));
+    }
+    return db;
+  };
+  const Dims dims = {{"batch", 8}, {"n", 1000}, {"k", 10}};
+  // The same ISA set first, nearer core counts first, the same generation
+  // first among equal counts; then one ISA extension apart (the same
+  // generation before a record without one); never another vendor.
+  for (size_t from = 0; from < 5; ++from) {
+    absl::StatusOr<Lut> lut = Lut::Build(make_db(from), *registry_);
+    ASSERT_TRUE(lut.ok()) << lut.status();
+    absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", dims, asked.id());
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->match, Match::kSimilar);
+    EXPECT_EQ(a->distance, 0);
+    ASSERT_NE(a->machine, nullptr);
+    EXPECT_EQ(ConfigText(ToProtoConfig(*a->kernel, *a->config)), ConfigText(config_of(from)));
+    EXPECT_EQ(a->machine->id(), tuned[from]->id());
+    EXPECT_TRUE(a->why.empty());
+    // Another shape: the similar machine's nearest.
+    a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 3000}, {"k", 10}}, asked.id());
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->match, Match::kSimilar);
+    EXPECT_GT(a->distance, 0);
+  }
+  TuningDb db = make_db(0);
+  // Without its own record, the machine has nothing to be similar to ...
+  EXPECT_EQ(Lut::Build(db, *registry_)->Query("topk", "f32", dims, "0123456789abcdef")->match, Match::kDefault);
+  // ... and its own entry comes before any other machine's.
+  db.AddTrial(Key(8, 1000, 10, asked.id()), Radix(8, 500));
+  absl::StatusOr<Lut> own = Lut::Build(db, *registry_);
+  ASSERT_TRUE(own.ok());
+  absl::StatusOr<LutAnswer> a = own->Query("topk", "f32", dims, asked.id());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kExact);
+  EXPECT_EQ(a->machine->id(), asked.id());
+
+  // Strict: only the asked machine's measurements; the rest is a default.
+  LutOptions strict;
+  strict.machines = MachinePolicy::kStrict;
+  absl::StatusOr<Lut> lut = Lut::Build(make_db(0), *registry_, strict);
+  ASSERT_TRUE(lut.ok());
+  a = lut->Query("topk", "f32", dims, asked.id());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kDefault);
+  EXPECT_EQ(a->machine, nullptr);
+  EXPECT_THAT(a->why, HasSubstr("no table for this machine (AMD EPYC, zen3, avx2, 2 cores)"));
+  EXPECT_THAT(a->why, HasSubstr("strict"));
+
+  // Only another vendor tuned: a default, saying so.
+  lut = Lut::Build(make_db(5), *registry_);
+  a = lut->Query("topk", "f32", dims, asked.id());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kDefault);
+  EXPECT_THAT(a->why, HasSubstr("none for a machine like it (same vendor and architecture)"));
+}
+
+TEST_F(Query, TheMeasuredDefaultIsTheBestAcrossMachinesOfTheNearestShape) {
+  const tuning::Machine asked = FakeMachine("AuthenticAMD", {"avx2", "fma"}, 2);
+  const tuning::Machine x = FakeMachine("GenuineIntel", {"avx2", "fma"}, 8, 6, 0x55);
+  const tuning::Machine y = FakeMachine("GenuineIntel", {"avx2", "fma"}, 16, 6, 0x8f);
+  TuningDb db;
+  db.AddMachine(asked);
+  db.AddMachine(x);
+  db.AddMachine(y);
+  // Slowdowns against each machine's best: sort 1 and 2 (geomean 1.41),
+  // radix 1.5 and 1 (1.22), heap 3 and 4 (3.46): radix.
+  db.AddTrial(Key(8, 1000, 10, x.id()), Sort("nth_element", 100));
+  db.AddTrial(Key(8, 1000, 10, x.id()), Radix(8, 150));
+  db.AddTrial(Key(8, 1000, 10, x.id()), MakeTrial("heap", {}, 300));
+  db.AddTrial(Key(8, 1000, 10, y.id()), Sort("nth_element", 200));
+  db.AddTrial(Key(8, 1000, 10, y.id()), Radix(12, 100));
+  db.AddTrial(Key(8, 1000, 10, y.id()), MakeTrial("heap", {}, 400));
+  // Another shape, tuned on one machine only.
+  db.AddTrial(Key(8, 1000000, 10, y.id()), MakeTrial("heap", {}, 100));
+  db.AddTrial(Key(8, 1000000, 10, y.id()), Radix(12, 300));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+  for (int64_t n : {1000, 2000}) {
+    absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", {{"batch", 8}, {"n", n}, {"k", 10}}, asked.id());
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->match, Match::kDefault);
+    EXPECT_EQ(a->kernel->name(), "topk/radix");
+    // The configuration of the machine tried first (neither is similar: by id).
+    EXPECT_EQ(a->kernel->ConfigString(*a->config),
+              absl::StrCat("first_bits=", x.id() < y.id() ? 8 : 12, " round_bits=8 capacity=4096"));
+    EXPECT_EQ(DimsString(*a->tuned_dims), "batch=8,n=1000,k=10");
+    EXPECT_EQ(a->trial, nullptr);
+    EXPECT_THAT(a->why, HasSubstr("no table for this machine"));
+    EXPECT_THAT(a->why, HasSubstr("measured default: topk/radix, 1.22x the best (geometric mean) on 2 of the 2 "
+                                  "machines that tuned batch=8,n=1000,k=10"));
+  }
+  absl::StatusOr<LutAnswer> a =
+      lut->Query("topk", "f32", {{"batch", 8}, {"n", 500000}, {"k", 10}}, asked.id());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->kernel->name(), "topk/heap");
+  EXPECT_THAT(a->why, HasSubstr("1.00x the best (geometric mean) on 1 of the 1 machines"));
+  // Nothing measured of this dtype anywhere: the op's own default, saying so.
+  a = lut->Query("topk", "bf16", {{"batch", 8}, {"n", 1000}, {"k", 10}}, asked.id());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->match, Match::kDefault);
+  EXPECT_EQ(a->kernel->name(), "topk/radix");
+  EXPECT_EQ(*a->config, a->kernel->DefaultConfig());
+  EXPECT_THAT(a->why, HasSubstr("no table for this machine"));
+  EXPECT_THAT(a->why, HasSubstr("no measurement on any machine answers it: the op's default"));
+  // A machine with entries, but none of this op and dtype: said so.
+  db.AddTrial(MakeProblemKey("topk", "bf16", {{"batch", 1}, {"n", 10}, {"k", 1}}, asked.id()),
+              MakeTrial("heap", {}, 1));
+  lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok());
+  a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}}, asked.id());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_THAT(a->why, HasSubstr("no entry for topk f32 on this machine (AMD EPYC, zen3, avx2, 2 cores)"));
+}
+
 TEST_F(Query, DefaultWhenNothingIsTuned) {
   absl::StatusOr<Lut> lut = Lut::Build(TuningDb(), *registry_);
   ASSERT_TRUE(lut.ok());

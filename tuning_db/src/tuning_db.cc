@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include <sys/utsname.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -36,17 +40,52 @@ uint64_t Fnv1a(absl::string_view s) {
   return h;
 }
 
-std::string CpuModel() {
+// The fields of /proc/cpuinfo's first processor kreg fingerprints.
+struct CpuInfo {
+  std::string model_name = "unknown";
+  std::string vendor;
+  uint32_t family = 0, model = 0;
+};
+
+CpuInfo ReadCpuInfo() {
+  CpuInfo info;
   std::ifstream in("/proc/cpuinfo");
   std::string line;
+  bool seen_model = false, seen_vendor = false, seen_family = false, seen_number = false;
   while (std::getline(in, line)) {
-    if (!absl::StartsWith(line, "model name")) continue;
-    size_t colon = line.find(':');
+    const size_t colon = line.find(':');
     if (colon == std::string::npos) continue;
-    std::string model(absl::StripAsciiWhitespace(absl::string_view(line).substr(colon + 1)));
-    if (!model.empty()) return model;
+    const absl::string_view name = absl::StripAsciiWhitespace(absl::string_view(line).substr(0, colon));
+    const std::string value(absl::StripAsciiWhitespace(absl::string_view(line).substr(colon + 1)));
+    uint32_t number = 0;
+    if (name == "model name" && !seen_model && !value.empty()) {
+      info.model_name = value;
+      seen_model = true;
+    } else if ((name == "vendor_id" || name == "CPU implementer") && !seen_vendor) {
+      info.vendor = value;
+      seen_vendor = true;
+    } else if (name == "cpu family" && !seen_family && absl::SimpleAtoi(value, &number)) {
+      info.family = number;
+      seen_family = true;
+    } else if ((name == "model" || name == "CPU part") && !seen_number &&
+               (absl::SimpleAtoi(value, &number) || absl::SimpleHexAtoi(value, &number))) {
+      info.model = number;
+      seen_number = true;
+    }
   }
-  return "unknown";
+  return info;
+}
+
+// The widest vector ISA a machine record names: "amx", "avx512", "avx2" or
+// "sse".
+std::string WidestIsa(const tuning::Machine& machine) {
+  auto has = [&](absl::string_view name) {
+    return std::find(machine.isa().begin(), machine.isa().end(), name) != machine.isa().end();
+  };
+  if (has("amx_tile")) return "amx";
+  if (has("avx512f")) return "avx512";
+  if (has("avx2")) return "avx2";
+  return "sse";
 }
 
 // A parameter value as text: "11", "5,8,12", "partial_sort".
@@ -209,13 +248,18 @@ absl::StatusOr<std::string> FileBytes(const tuning::Database& db, const std::str
 std::string FingerprintId(const tuning::Machine& machine) {
   std::string text = absl::StrCat(machine.cpu_model(), "\n", absl::StrJoin(machine.isa(), ","),
                                   "\n", machine.cores());
+  if (!machine.vendor().empty()) {
+    absl::StrAppend(&text, "\n", machine.vendor(), "\n", machine.arch(), "\n", machine.family(), "\n",
+                    machine.model());
+  }
   return absl::StrFormat("%016x", Fnv1a(text));
 }
 
 const tuning::Machine& ThisMachine() {
   static const tuning::Machine* const machine = [] {
     auto* m = new tuning::Machine;
-    m->set_cpu_model(CpuModel());
+    const CpuInfo cpu = ReadCpuInfo();
+    m->set_cpu_model(cpu.model_name);
     uint32_t isa = CpuIsa();
     if (isa != 0) {
       for (absl::string_view name : absl::StrSplit(IsaString(isa), ',')) {
@@ -223,10 +267,80 @@ const tuning::Machine& ThisMachine() {
       }
     }
     m->set_cores(std::max(1u, std::thread::hardware_concurrency()));
+    struct utsname uts;
+    m->set_vendor(cpu.vendor.empty() ? "unknown" : cpu.vendor);
+    m->set_arch(uname(&uts) == 0 ? uts.machine : "unknown");
+    m->set_family(cpu.family);
+    m->set_model(cpu.model);
     m->set_id(FingerprintId(*m));
     return m;
   }();
   return *machine;
+}
+
+std::string MachineVendor(const tuning::Machine& machine) {
+  if (!machine.vendor().empty()) return machine.vendor();
+  // Records from before kreg kept the vendor: the model name says it.
+  if (absl::StrContains(machine.cpu_model(), "AMD")) return "AuthenticAMD";
+  if (absl::StrContains(machine.cpu_model(), "Intel")) return "GenuineIntel";
+  return "";
+}
+
+std::string MachineArch(const tuning::Machine& machine) {
+  if (!machine.arch().empty()) return machine.arch();
+  const std::string vendor = MachineVendor(machine);
+  return vendor == "AuthenticAMD" || vendor == "GenuineIntel" ? "x86_64" : "";
+}
+
+std::string MicroArch(const tuning::Machine& machine) {
+  const uint32_t f = machine.family(), m = machine.model();
+  if (machine.vendor() == "AuthenticAMD") {
+    if (f == 0x17) return m < 0x30 ? "zen" : "zen2";
+    if (f == 0x19) return (m >= 0x10 && m <= 0x1f) || (m >= 0x60 && m <= 0xaf) ? "zen4" : "zen3";
+    if (f == 0x1a) return "zen5";
+  } else if (machine.vendor() == "GenuineIntel" && f == 6) {
+    switch (m) {
+      case 0x3f: return "haswell";
+      case 0x4f: case 0x56: return "broadwell";
+      case 0x55: return "skylake-x";
+      case 0x6a: case 0x6c: return "icelake-x";
+      case 0x7d: case 0x7e: return "icelake";
+      case 0x8c: case 0x8d: return "tigerlake";
+      case 0x8f: return "sapphirerapids";
+      case 0x97: case 0x9a: return "alderlake";
+      case 0xad: case 0xae: return "graniterapids";
+      case 0xaf: return "sierraforest";
+      case 0xb7: case 0xba: case 0xbf: return "raptorlake";
+      case 0xcf: return "emeraldrapids";
+      default: break;
+    }
+  }
+  if (machine.vendor().empty() || machine.vendor() == "unknown") return "";
+  return absl::StrCat("family ", machine.family(), " model ", machine.model());
+}
+
+std::string MachineSummary(const tuning::Machine& machine) {
+  std::vector<std::string> parts = {machine.cpu_model()};
+  if (std::string uarch = MicroArch(machine); !uarch.empty()) parts.push_back(std::move(uarch));
+  parts.push_back(machine.isa().empty() ? "no vector ISA" : WidestIsa(machine));
+  parts.push_back(absl::StrCat(machine.cores(), machine.cores() == 1 ? " core" : " cores"));
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string MachineClass(const tuning::Machine& machine) {
+  std::string text = absl::AsciiStrToLower(
+      absl::StrCat(machine.cpu_model(), "-", MicroArch(machine), "-", WidestIsa(machine), "-", machine.cores(), "c"));
+  std::string out;
+  for (char c : text) {
+    const bool keep = absl::ascii_isalnum(c);
+    if (keep) {
+      out.push_back(c);
+    } else if (!out.empty() && out.back() != '-') {
+      out.push_back('-');
+    }
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out;
 }
 
 // ---- Keys and configurations --------------------------------------------------
@@ -784,6 +898,46 @@ std::string TuningDb::Summary() const {
   std::string out;
   for (const std::string& line : lines) absl::StrAppend(&out, line, "\n");
   return out;
+}
+
+// ---- Shipped tables ----------------------------------------------------------------
+
+std::vector<std::string> ShippedTableDirs() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("KREG_TABLE_PATH")) {
+    for (absl::string_view part : absl::StrSplit(env, ':', absl::SkipEmpty())) dirs.emplace_back(part);
+    return dirs;
+  }
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) dirs.push_back((exe.parent_path().parent_path() / "share" / "kreg" / "tables").string());
+  const std::string installed = KREG_INSTALL_TABLE_DIR;
+  if (std::find(dirs.begin(), dirs.end(), installed) == dirs.end()) dirs.push_back(installed);
+  return dirs;
+}
+
+TuningDb ShippedTables(std::vector<std::string>* warnings) {
+  TuningDb merged;
+  std::vector<std::string> seen;  // file names
+  for (const std::string& dir : ShippedTableDirs()) {
+    std::error_code ec;
+    std::vector<std::filesystem::path> files;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      if (e.path().extension() == ".txtpb") files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const std::filesystem::path& file : files) {
+      if (std::find(seen.begin(), seen.end(), file.filename().string()) != seen.end()) continue;
+      seen.push_back(file.filename().string());
+      absl::StatusOr<TuningDb> db = TuningDb::Load(file.string());
+      if (!db.ok()) {
+        warnings->push_back(absl::StrCat("shipped table skipped: ", db.status().message()));
+        continue;
+      }
+      merged.MergeFrom(*db);
+    }
+  }
+  return merged;
 }
 
 }  // namespace kreg

@@ -64,6 +64,20 @@ const tuning::Machine& ThisMachine();
 // The stable id of a machine's fields (see Machine.id in the schema).
 std::string FingerprintId(const tuning::Machine& machine);
 
+// A machine's vendor and architecture, inferred from its model name for
+// records that predate those fields ("AMD ..." is "AuthenticAMD" on
+// "x86_64"); "" when unknown.
+std::string MachineVendor(const tuning::Machine& machine);
+std::string MachineArch(const tuning::Machine& machine);
+// Its core generation by vendor, family and model ("zen3",
+// "sapphirerapids"), else "family F model M"; "" when not recorded.
+std::string MicroArch(const tuning::Machine& machine);
+// "AMD EPYC, zen3, avx2, 2 cores": what answers name a machine by.
+std::string MachineSummary(const tuning::Machine& machine);
+// "amd-epyc-zen3-avx2-2c": the machine class a shipped table is named by
+// (model, generation, widest vector ISA, cores).
+std::string MachineClass(const tuning::Machine& machine);
+
 // ---- Keys and configurations -------------------------------------------------
 
 // A key's dims are the op's key dims (Op::KeyOf, Op::KeyDims): its dims in
@@ -231,16 +245,53 @@ class TuningDb {
   std::vector<EntryIndex> index_;                  // parallel to db_.entries()
 };
 
+// ---- Shipped tables -----------------------------------------------------------
+
+// The folders holding the tables kreg ships (one per machine class,
+// *.txtpb): those of KREG_TABLE_PATH (colon-separated) when it is set, even
+// to "" (none); else share/kreg/tables beside the running program's prefix
+// (<prefix>/bin/kreg -> <prefix>/share/kreg/tables; the build tree has the
+// same layout), then the configured install prefix's.
+std::vector<std::string> ShippedTableDirs();
+
+// The shipped tables of ShippedTableDirs(), merged (a file name found in two
+// folders is read from the first). A file that cannot be read is skipped
+// with a line in `warnings`.
+TuningDb ShippedTables(std::vector<std::string>* warnings);
+
 // ---- Lookup ------------------------------------------------------------------
 
 // Where an answer came from.
 enum class Match {
-  kExact,    // a tuned entry for exactly this problem
-  kNearest,  // the nearest tuned problem whose winner is legal for this one
-  kDefault,  // nothing usable was tuned: a default variant, default config
+  kExact,    // a tuned entry for exactly this problem on the asked machine
+  kNearest,  // the nearest tuned problem on the asked machine whose winner is legal for this one
+  kDefault,  // nothing usable was tuned for this machine: a default (see LutAnswer::why)
   kModel,    // nothing tuned; a collective's choice by the backend's calibrated cost model
+  kSimilar,  // nothing tuned on the asked machine; the most similar tuned machine's answer
 };
-absl::string_view MatchName(Match match);  // "exact", "nearest", "default", "model"
+// "exact", "nearest", "default", "model", "similar machine".
+absl::string_view MatchName(Match match);
+
+// Which machines' measurements may answer a query.
+enum class MachinePolicy {
+  // The asked machine's; then, when none can answer, the most similar tuned
+  // machine's: same vendor and architecture, then the fewest ISA extensions
+  // apart, then the nearest core count (in log2), then the same core
+  // generation (family and model), then by id. Its entry for the same shape,
+  // else its nearest, answering with the fastest of its measurements that
+  // runs on this CPU.
+  kSimilar,
+  // Only the asked machine's: with none, a default.
+  kStrict,
+};
+
+struct LutOptions {
+  MachinePolicy machines = MachinePolicy::kSimilar;
+};
+
+// The machine id under which Lut keeps its measured defaults; not a real
+// machine's (ids are 16 hex digits).
+inline constexpr absl::string_view kMeasuredDefaultsId = "measured-defaults";
 
 struct LutAnswer {
   // The kernel to run ("op/variant" is kernel->name()) and its configuration.
@@ -256,6 +307,14 @@ struct LutAnswer {
   double distance = 0;
   // The winning measurement (median, spread); nullptr for default.
   const tuning::Trial* trial = nullptr;
+  // The machine whose measurement answered (exact, nearest, similar), when
+  // the table records it; nullptr otherwise.
+  const tuning::Machine* machine = nullptr;
+  // For a default: why no measurement of the asked machine (or a similar
+  // one) answered, and what the default is ("no table for this machine
+  // (AMD EPYC, zen3, avx2, 2 cores), none for a similar one; measured
+  // default: ..."). Empty for other matches.
+  std::string why;
   // Entries skipped on the way (stale, illegal for this shape, variant
   // missing or unavailable), one line each. Empty on a clean exact hit.
   std::vector<std::string> warnings;
@@ -271,7 +330,18 @@ class Lut {
   // one exists, else it is skipped. Entries of an op the registry does not
   // know, or whose dtype signature the op does not take, cannot answer
   // (reported in warnings()).
-  static absl::StatusOr<Lut> Build(const TuningDb& db, const Registry& registry);
+  //
+  // Measured defaults. Per (op, dtype signature, data class, shape) tuned on
+  // any machine of `db`, the variant whose fastest measurement is, in
+  // geometric mean over the machines that measured the shape, nearest each
+  // machine's best (among variants available here and measured on at least
+  // half of them; ties to the more often measured, then by name), with its
+  // configuration from the machine most similar to this one that measured
+  // it and where it is legal. A query nothing else answers takes the
+  // measured default of the nearest such shape (log2 distance, legal for the
+  // asked one), before the op's hand-written default.
+  static absl::StatusOr<Lut> Build(const TuningDb& db, const Registry& registry,
+                                   const LutOptions& options = {});
 
   Lut(Lut&&) noexcept;
   Lut& operator=(Lut&&) noexcept;
@@ -285,10 +355,15 @@ class Lut {
   // warn), else the nearest tuned problem of the same op, dtype signature,
   // machine, data class and dim names (distance: sum over dims of
   // |log2(a + 1) - log2(b + 1)|, ties to the earlier entry) whose config is
-  // legal for the asked shape, else the default: the op's own
+  // legal for the asked shape; else (MachinePolicy::kSimilar) the same two
+  // on the similar machines, most similar first; else, for a collective
+  // whose backend was calibrated on the asked machine, the cost model's
+  // choice; else the measured default (see Build); else the op's own
   // default_variant for the shape, then its default_variants in order, then
   // its other available kernels by name, then its reference kernel; the
-  // first whose default configuration is legal for the shape.
+  // first whose default configuration is legal for the shape. The machine
+  // the similarity is judged from is the table's record of `machine_id`, or
+  // ThisMachine() for its id; a machine neither knows has no similar ones.
   //
   // The shape is checked only when the exact lookup misses: InvalidArgument
   // for dims or a dtype signature the op does not take, or when no kernel
