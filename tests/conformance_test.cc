@@ -704,10 +704,13 @@ TEST(TopKConformanceTest, RandomShapesWholeGrid) {
 }
 
 TEST(TopKConformanceTest, LargerShapesSampledGrid) {
-  // n=70000 with batch 1 also takes the path that cuts one row across threads.
   for (const NamedValues& dims : {TopKDims(2, 3000, 1000), TopKDims(1, 70000, 33)}) {
     CheckBothDtypesAndDirections(dims, Dist::kNormal, 8);
   }
+  // One row of two 2^18-column chunks or more is cut across threads (on 2
+  // or more): chunk results merge exactly, NaN of both signs, infinities and
+  // ties (every bf16 pattern recurs) included.
+  CheckBothDtypesAndDirections(TopKDims(1, 600000, 40), Dist::kBits, 3);
 }
 
 TEST(TopKConformanceTest, KEqualsOneAndKEqualsN) {

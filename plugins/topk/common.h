@@ -190,15 +190,19 @@ inline void WriteKeys(const TopKArgs& a, int64_t r, const std::vector<uint64_t>&
   WriteRow(a, r, idx, count);
 }
 
-// Rows shorter than this are never cut into chunks.
-constexpr int64_t kMinChunk = 1 << 15;
+// Rows are cut into chunks of at least this many columns (1 MiB of f32),
+// and into no more chunks than threads: each chunk's start-up (a heap or
+// histogram of its own, a task's wake-up, the merge) must be paid for by a
+// read long enough to hide it. (Chunks of 2^15 columns, four per thread,
+// made one row of 10^6 up to 2.7x slower than a single thread.)
+constexpr int64_t kMinChunk = 1 << 18;
 
 // The driver every selecting variant shares. `select(r, start, end, keys)`
 // must leave in `keys` the packed keys of the min(k, end - start) best
 // columns of [start, end) of row r, best first, and return a per-row
 // statistic (or 0). Rows run in parallel; when there are fewer rows than
 // threads, long rows are also cut into column chunks whose results are
-// merged, so one long row uses every thread.
+// merged, so one long row uses the threads its length pays for.
 template <typename Select>
 kreg_status SelectRows(const TopKArgs& a, const kreg_host* host, Select&& select) {
   const int64_t batch = a.input->shape[0];
@@ -218,7 +222,7 @@ kreg_status SelectRows(const TopKArgs& a, const kreg_host* host, Select&& select
   for (int64_t r = 0; r < batch; ++r) {
     int64_t start, end;
     RowRange(a, r, &start, &end);
-    const int64_t chunks = std::clamp<int64_t>((end - start) / kMinChunk, 1, 4 * threads);
+    const int64_t chunks = std::clamp<int64_t>((end - start) / kMinChunk, 1, threads);
     std::vector<std::vector<uint64_t>> parts(chunks);
     std::vector<int32_t> part_stats(chunks);
     kreg_status status = ForEachRow(chunks, host, [&](int64_t i) {
