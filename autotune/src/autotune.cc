@@ -86,10 +86,29 @@ SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& opt
   std::vector<Measurement> last(n);
   std::vector<int> reps_of(n, 0);
   auto run = [&](size_t i, int reps) {
-    Measurement m = measure(i, reps);
+    Measurement m = measure(i, reps, /*again=*/false);
     last[i] = m;
     reps_of[i] = reps;
     result.measured.emplace_back(i, std::move(m));
+  };
+  auto group_of = [&](size_t i) { return i < options.groups.size() ? options.groups[i] : 0; };
+  // The first `count` of `ranked` (ok, fastest first), then each group's
+  // fastest not among them if within `within` times the fastest.
+  auto keep = [&](const std::vector<size_t>& ranked, size_t count, double within) {
+    std::vector<size_t> out(ranked.begin(), ranked.begin() + std::min(count, ranked.size()));
+    for (size_t i : ranked) {
+      const bool seen = std::any_of(out.begin(), out.end(), [&](size_t j) { return group_of(j) == group_of(i); });
+      if (!seen && last[i].median_ns <= within * last[ranked.front()].median_ns) out.push_back(i);
+    }
+    return out;
+  };
+  // Timing noise slows runs down, never speeds them up: below full
+  // repetitions candidates are ranked by their fastest run, which one
+  // preempted run cannot spoil; at full repetitions by the median.
+  auto rank = [&](std::vector<size_t>& ranked, bool full) {
+    std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {
+      return full ? last[a].median_ns < last[b].median_ns : last[a].min_ns < last[b].min_ns;
+    });
   };
 
   std::vector<size_t> order(n);
@@ -108,30 +127,73 @@ SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& opt
     }
   } else {
     // Successive halving. Round 0 measures everyone once; each round keeps
-    // the best 1/rate of the ok ones and multiplies the repetitions by rate.
+    // the best 1/rate of the ok ones and each group's best, and doubles the
+    // repetitions.
     const int rate = std::max(2, options.halving_rate);
     std::vector<size_t> alive = order;
     int reps = 1;
+    std::vector<size_t> ok;
     for (;;) {
       for (size_t i : alive) {
         if (reps_of[i] >= reps && !last[i].ok()) continue;
         if (spent() && !result.measured.empty()) break;
         run(i, reps);
       }
-      std::vector<size_t> ok;
+      ok.clear();
       for (size_t i : alive) {
         if (last[i].ok() && reps_of[i] == reps) ok.push_back(i);
       }
-      std::sort(ok.begin(), ok.end(), [&](size_t a, size_t b) { return last[a].median_ns < last[b].median_ns; });
-      if (reps >= options.reps || ok.size() <= 1 || spent()) {
-        // Measure the winner fully if it is not already.
-        const bool stopped = options.stop != nullptr && options.stop->load();
-        if (!ok.empty() && reps < options.reps && !stopped) run(ok.front(), options.reps);
-        break;
+      rank(ok, reps >= options.reps);
+      if (reps >= options.reps || ok.size() <= 1 || spent()) break;
+      alive = keep(ok, std::max<size_t>(1, (ok.size() + rate - 1) / rate), 3.0);
+      reps = std::min(options.reps, reps * 2);
+    }
+    // The final race among the leaders.
+    const bool stopped = options.stop != nullptr && options.stop->load();
+    std::vector<size_t> leaders = ok.empty() ? ok : keep(ok, 2, 1.5);
+    if (leaders.size() > 1 && !stopped && !spent()) {
+      for (size_t i : leaders) {
+        if (reps_of[i] < options.reps && !spent()) run(i, options.reps);
       }
-      ok.resize(std::max<size_t>(1, (ok.size() + rate - 1) / rate));
-      alive = std::move(ok);
-      reps = std::min(options.reps, reps * rate);
+      std::vector<std::vector<Measurement>> passes(leaders.size());
+      for (size_t l = 0; l < leaders.size(); ++l) {
+        if (last[leaders[l]].ok() && reps_of[leaders[l]] == options.reps) passes[l].push_back(last[leaders[l]]);
+      }
+      for (int pass = 0; pass < options.race_passes && !spent(); ++pass) {
+        for (size_t step = 0; step < leaders.size() && !spent(); ++step) {
+          const size_t l = pass % 2 == 0 ? leaders.size() - 1 - step : step;
+          if (passes[l].empty() || !passes[l].back().ok()) continue;
+          Measurement m = measure(leaders[l], options.reps, /*again=*/true);
+          result.measured.emplace_back(leaders[l], m);
+          passes[l].push_back(std::move(m));
+        }
+      }
+      for (size_t l = 0; l < leaders.size(); ++l) {
+        if (passes[l].empty()) continue;
+        Measurement combined = passes[l].front();
+        std::vector<double> medians;
+        for (const Measurement& m : passes[l]) {
+          if (!m.ok()) {
+            combined = m;  // a failure in any pass is the result
+            break;
+          }
+          medians.push_back(m.median_ns);
+          combined.min_ns = std::min(combined.min_ns, m.min_ns);
+          combined.max_ns = std::max(combined.max_ns, m.max_ns);
+        }
+        if (combined.ok()) {
+          std::sort(medians.begin(), medians.end());
+          combined.median_ns = medians.size() % 2 == 1
+                                   ? medians[medians.size() / 2]
+                                   : (medians[medians.size() / 2 - 1] + medians[medians.size() / 2]) / 2;
+          combined.reps = 0;
+          for (const Measurement& m : passes[l]) combined.reps += m.reps;
+        }
+        last[leaders[l]] = combined;
+        result.raced.emplace_back(leaders[l], std::move(combined));
+      }
+    } else if (!ok.empty() && reps_of[ok.front()] < options.reps && !stopped) {
+      run(ok.front(), options.reps);  // the one left, measured fully
     }
   }
   for (size_t i = 0; i < n; ++i) {

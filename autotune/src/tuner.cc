@@ -168,14 +168,17 @@ class Sweep {
   const Candidate& operator[](size_t i) const { return candidates_[i]; }
   bool stopped() const { return stop_ != nullptr && stop_->load(); }
 
-  Measurement Measure(size_t i, int reps) {
+  // Measures candidate i (see MeasureFn); `again`: a race's repeat, measured
+  // afresh and not stored (Record stores the race's combined result).
+  Measurement Measure(size_t i, int reps, bool again) {
     const Candidate& c = candidates_[i];
     const tuning::Config proto_config = ToProtoConfig(*c.kernel, c.config);
     Measurement m;
     // Resume: a stored result of this (variant, version, config) is reused;
     // only full measurements and a candidate's own failures are stored.
-    if (const tuning::Trial* t = db_->FindTrial(key_, c.kernel->variant(), c.kernel->version(), proto_config);
-        t != nullptr && !MayHaveBeenTheEnvironment(*t)) {
+    const tuning::Trial* t =
+        again ? nullptr : db_->FindTrial(key_, c.kernel->variant(), c.kernel->version(), proto_config);
+    if (t != nullptr && !MayHaveBeenTheEnvironment(*t)) {
       m.status = FromProto(t->status());
       m.median_ns = t->median_ns();
       m.min_ns = t->min_ns();
@@ -205,21 +208,8 @@ class Sweep {
       }
       // kError (the worker could not be started or set up) is not kept, so a
       // later run tries again (under MPI it replaces the in-flight mark).
-      const bool full = m.ok() && reps >= request_.search.reps;
-      if (full || (!m.ok() && (m.status != TrialStatus::kError || request_.comm != nullptr))) {
-        tuning::Trial trial = NewTrial(c, proto_config);
-        trial.set_median_ns(m.median_ns);
-        trial.set_min_ns(m.min_ns);
-        trial.set_max_ns(m.max_ns);
-        trial.set_reps(m.reps);
-        trial.set_status(ToProto(m.status));
-        trial.set_error(m.error);
-        trial.set_measured_at(std::time(nullptr));
-        trial.set_threads(request_.threads);
-        trial.set_signal(m.signal);
-        db_->AddTrial(key_, trial);
-        Checkpoint();
-      }
+      const bool full = m.ok() && reps >= request_.search.reps && !again;
+      if (full || (!m.ok() && (m.status != TrialStatus::kError || request_.comm != nullptr))) Record(i, m);
     }
     if (m.ok() && reps >= request_.search.reps) full_[i] = m.median_ns;
     // Progress shows the fastest seen so far, full measurement or not.
@@ -229,6 +219,23 @@ class Sweep {
     }
     Report();
     return m;
+  }
+
+  // Stores measurement `m` of candidate i as its trial, and checkpoints.
+  void Record(size_t i, const Measurement& m) {
+    const Candidate& c = candidates_[i];
+    tuning::Trial trial = NewTrial(c, ToProtoConfig(*c.kernel, c.config));
+    trial.set_median_ns(m.median_ns);
+    trial.set_min_ns(m.min_ns);
+    trial.set_max_ns(m.max_ns);
+    trial.set_reps(m.reps);
+    trial.set_status(ToProto(m.status));
+    trial.set_error(m.error);
+    trial.set_measured_at(std::time(nullptr));
+    trial.set_threads(request_.threads);
+    trial.set_signal(m.signal);
+    db_->AddTrial(key_, trial);
+    Checkpoint();
   }
 
   // Whether stored failure `t` may say more about the environment than about
@@ -298,7 +305,7 @@ class Sweep {
       }
       for (size_t i = first; i < candidates_.size(); ++i) {
         if (stopped() || (deadline_seconds > 0 && Elapsed() >= deadline_seconds)) return false;
-        const Measurement m = Measure(i, request_.search.reps);
+        const Measurement m = Measure(i, request_.search.reps, /*again=*/false);
         const Kernel* k = candidates_[i].kernel.get();
         if (m.ok() && m.median_ns < best_of[k]) {
           best_of[k] = m.median_ns;
@@ -513,8 +520,14 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
                     /*complete=*/false);
   SearchOptions search = request.search;
   search.stop = stop;
-  const SearchResult searched = Search(sweep.size(), [&](size_t i, int reps) { return sweep.Measure(i, reps); },
-                                       search);
+  search.groups.clear();  // by variant
+  std::map<const Kernel*, int> group_of;
+  for (size_t i = 0; i < sweep.size(); ++i) {
+    search.groups.push_back(group_of.try_emplace(sweep[i].kernel.get(), static_cast<int>(group_of.size())).first->second);
+  }
+  const SearchResult searched = Search(
+      sweep.size(), [&](size_t i, int reps, bool again) { return sweep.Measure(i, reps, again); }, search);
+  for (const auto& [i, m] : searched.raced) sweep.Record(i, m);
   bool complete = searched.complete && !sweep.stopped();
   if (complete && request.list_growth_rounds > 0) complete = sweep.GrowLists(request.search.budget_seconds);
   complete = complete && !sweep.stopped();

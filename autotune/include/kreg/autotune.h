@@ -60,18 +60,31 @@ struct SearchOptions {
   double budget_seconds = 0;  // 0: none; random and halving stop when spent
   size_t random_samples = 0;  // random: candidates to draw (0: a quarter)
   int halving_rate = 4;       // halving: keep 1 of every `rate` per round
+  // halving: each candidate's group (its variant); empty: one group. Every
+  // group's best so far survives each cut and races at the end.
+  std::vector<int> groups;
+  // halving: interleaved passes of the final race after the leaders' full
+  // measurements.
+  int race_passes = 2;
   uint64_t seed = 1;
   const std::atomic<bool>* stop = nullptr;  // set: finish the current candidate, then stop
 };
 
-// measure(i, reps) measures candidate i with `reps` timed runs.
-using MeasureFn = std::function<Measurement(size_t candidate, int reps)>;
+// measure(i, reps, again) measures candidate i with `reps` timed runs.
+// `again`: a repeat of a full measurement in halving's final race, which
+// must be measured afresh (not answered from a stored result).
+using MeasureFn = std::function<Measurement(size_t candidate, int reps, bool again)>;
 
 struct SearchResult {
   // Every measurement made, in order; later ones of a candidate supersede
   // earlier ones (halving re-measures survivors with more repetitions).
   std::vector<std::pair<size_t, Measurement>> measured;
-  // The best candidate by its last full measurement, or -1 if none was ok.
+  // Halving's final race: each leader's passes combined (the median of
+  // their medians, the least minimum, the greatest maximum, every rep), in
+  // the leaders' order. Empty when one candidate was left.
+  std::vector<std::pair<size_t, Measurement>> raced;
+  // The best candidate by its raced, else last full, measurement; -1 if
+  // none was ok.
   int64_t best = -1;
   // Candidates whose last measurement used opts.reps repetitions.
   std::vector<size_t> fully_measured;
@@ -81,8 +94,13 @@ struct SearchResult {
 
 // Searches candidates [0, n). Exhaustive measures all fully. Random measures
 // a sample fully. Halving measures all once (each candidate's first run is
-// its correctness check), keeps the best 1/rate, multiplies the repetitions
-// by rate, and so on until one is left, which is measured fully.
+// its correctness check), keeps the best 1/rate (ranked by their fastest
+// run, which one preempted run cannot spoil) and each group's best if within
+// 3x, doubles the repetitions, and so on up to full repetitions;
+// then races the leaders (the best two and each group's best, if within
+// 1.5x of the best): each measured fully, then `race_passes` more times,
+// interleaved in alternating order so that drift and noise fall on all of
+// them alike; the winner has the least median of its passes' medians.
 SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& options);
 
 }  // namespace kreg
