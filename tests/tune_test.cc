@@ -175,6 +175,24 @@ TEST(TuneTest, CollectivesAreTunedOnThreadRanksAndTheirFaultsRecorded) {
   EXPECT_NE(table->proto().entries(0).best().status(), tuning::Trial::CRASHED);
 }
 
+// The collective matmul is tuned on its mesh (--mesh gives the axes and the
+// ranks), its local multiplies dispatched at gmm's default, and answered.
+TEST(TuneTest, TheCollectiveMatmulIsTunedOnItsMesh) {
+  const std::string db = Db("mesh");
+  Result r = Kreg("tune sharded_matmul --mesh 2x1 --dims m=64,k=32,n=48 --strategy exhaustive --reps 3 --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("2 candidates, 2 measured, 0 reused, 0 failed"));
+  r = Kreg("query sharded_matmul --mesh 2x1 --dims m=64,k=32,n=48 --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("[exact from m=64,k=32,n=48,ranks=2,x=2,y=1"));
+  r = Kreg("run sharded_matmul --mesh 2x1 --dims m=64,k=32,n=48 --check --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: exact)"));
+  r = Kreg("tune sharded_matmul --mesh 2x2 --ranks 3 --dims m=64,k=32,n=48 --db " + db);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_THAT(r.stderr_text, HasSubstr("--ranks 3 but the mesh x=2,y=2 has 4 ranks"));
+}
+
 // kreg calibrate records the threads backend's α-β-γ costs; queries for
 // collectives nothing was tuned for then answer by the model (never the ring
 // for fewer elements than ranks; the ring for large vectors), a measured

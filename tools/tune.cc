@@ -3,6 +3,7 @@
 // TuneRequests and prints what comes back.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -134,12 +135,28 @@ absl::Status Tune(const Flags& flags) {
   base.db_path = flags.db;
   base.ranks = flags.ranks;
   base.comm_timeout = flags.comm_timeout;
+  // A device mesh: its axes are the problems' mesh dims, its size the ranks.
+  Mesh mesh;
+  if (!flags.mesh.empty()) {
+    absl::StatusOr<Mesh> parsed = ParseMesh(flags.mesh);
+    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--mesh: ", parsed.status().message()));
+    mesh = *std::move(parsed);
+    base.mesh = MeshString(mesh);
+    int size = 1;
+    for (const auto& [axis, n] : mesh) size *= n;
+    if (base.ranks > 0 && base.ranks != size) {
+      return absl::InvalidArgumentError(absl::StrCat("--ranks ", base.ranks, " but the mesh ", base.mesh, " has ",
+                                                     size, " ranks"));
+    }
+    if (flags.backend != "mpi") base.ranks = size;
+  }
   // Under mpirun (--backend mpi) every rank sweeps together in its own
   // process; rank 0 keeps the table and reports.
   std::unique_ptr<Comm> mpi;
   if (flags.backend == "mpi") {
     CommOptions comm_options;
     comm_options.timeout_seconds = flags.comm_timeout;
+    comm_options.mesh = mesh;
     absl::StatusOr<std::unique_ptr<Comm>> comm = LoadMpiComm(comm_options);
     if (!comm.ok()) return comm.status();
     mpi = *std::move(comm);
@@ -158,6 +175,10 @@ absl::Status Tune(const Flags& flags) {
   for (const std::string& d : flags.dims.empty() ? std::vector<std::string>{""} : flags.dims) {
     absl::StatusOr<NamedValues> named = ParseNamedValues(d);
     if (!named.ok()) return absl::InvalidArgumentError(absl::StrCat("--dims: ", named.status().message()));
+    for (const auto& [axis, size] : mesh) {
+      const bool given = std::any_of(named->begin(), named->end(), [&](const auto& v) { return v.first == axis; });
+      if (!given) named->emplace_back(axis, absl::StrCat(size));
+    }
     if (absl::Status s = (*op)->ParseValues(*named).status(); !s.ok()) return absl::InvalidArgumentError(s.message());
     problems.push_back(*std::move(named));
   }

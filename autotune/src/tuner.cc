@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kreg/comm.h"
+#include "kreg/dispatch.h"
 #include "kreg/measure.h"
 #include "kreg/npy.h"
 #include "kreg/worker.h"
@@ -70,7 +71,10 @@ struct Candidate {
 class RankRunner : public CandidateRunner {
  public:
   RankRunner(const Registry& registry, const TuneRequest& request, std::vector<Problem*> problems)
-      : registry_(registry), request_(request), problems_(std::move(problems)) {}
+      : registry_(registry),
+        request_(request),
+        problems_(std::move(problems)),
+        sub_ops_(Dispatcher::Create(registry, TuningDb())) {}
 
   Measurement Measure(const std::string& name, const Params& params, int reps) override {
     Measurement m;
@@ -98,6 +102,12 @@ class RankRunner : public CandidateRunner {
     options.max_seconds = request_.max_seconds_per_candidate;
     options.run.num_threads = request_.threads;
     options.comm = comm->get();
+    // A composite op's sub-ops run at their op's default (as in the worker).
+    RunOptions sub_options;
+    sub_options.num_threads = request_.threads;
+    options.run.dispatch = [&](absl::string_view sub_op, const kreg_args& sub_args) {
+      return sub_ops_.ok() ? sub_ops_->Run(sub_op, sub_args, sub_options).status() : sub_ops_.status();
+    };
     const std::string id = absl::StrCat(name, " ", (*kernel)->ConfigString(*config));
     options.verified = verified_.contains(id);
     m = MeasureKernel(**kernel, *config, problems_, options);
@@ -124,6 +134,7 @@ class RankRunner : public CandidateRunner {
   const TuneRequest& request_;
   std::vector<Problem*> problems_;
   std::set<std::string> verified_;
+  absl::StatusOr<Dispatcher> sub_ops_;
 };
 
 // One sweep: the candidates, the worker, the table and the counts.
@@ -482,6 +493,7 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   job.max_seconds_per_run = request.max_seconds_per_candidate;
   job.ranks = request.ranks;
   job.comm_timeout = request.comm_timeout;
+  job.mesh = request.mesh;
   std::vector<std::string> command = request.worker_command;
   if (command.empty() && request.comm == nullptr) {
     absl::StatusOr<std::vector<std::string>> found = FindWorker();

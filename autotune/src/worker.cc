@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kreg/comm.h"
+#include "kreg/dispatch.h"
 #include "kreg/measure.h"
 #include "kreg/npy.h"
 #include "kreg/registry.h"
@@ -228,6 +229,7 @@ void WorkerJob::ToProto(worker::Job* out) const {
   out->set_max_seconds_per_run(max_seconds_per_run);
   out->set_ranks(ranks);
   out->set_comm_timeout(comm_timeout);
+  out->set_mesh(mesh);
 }
 
 absl::StatusOr<WorkerJob> WorkerJob::FromProto(const worker::Job& proto) {
@@ -254,6 +256,7 @@ absl::StatusOr<WorkerJob> WorkerJob::FromProto(const worker::Job& proto) {
   job.max_seconds_per_run = proto.max_seconds_per_run();
   job.ranks = proto.ranks();
   job.comm_timeout = proto.comm_timeout();
+  job.mesh = proto.mesh();
   return job;
 }
 
@@ -689,12 +692,23 @@ int WorkerMain(int in_fd, int protocol_fd) {
   absl::StatusOr<ProblemOptions> options = job->Options();
   if (!options.ok()) return fatal(options.status().message());
   std::shared_ptr<const Kernel> reference = registry.Reference(job->op);
+  // A composite op's sub-ops (sharded_matmul's local multiplies) run at
+  // their op's default during a sweep: the same for every candidate.
+  absl::StatusOr<Dispatcher> sub_ops = Dispatcher::Create(registry, TuningDb());
+  if (!sub_ops.ok()) return fatal(sub_ops.status().message());
+  RunOptions sub_options;
+  sub_options.num_threads = job->threads;
   const bool collective = job->ranks > 0;
   if (collective) {
     if (absl::Status s = (*op)->SetRanks(&*values, job->ranks); !s.ok()) return fatal(s.message());
   }
   CommOptions comm_options;
   comm_options.timeout_seconds = job->comm_timeout > 0 ? job->comm_timeout : 30;
+  if (!job->mesh.empty()) {
+    absl::StatusOr<Mesh> mesh = ParseMesh(job->mesh);
+    if (!mesh.ok()) return fatal(mesh.status().message());
+    comm_options.mesh = *std::move(mesh);
+  }
   // Per rank (one outside collectives): its problems, rotated through.
   std::vector<std::vector<std::unique_ptr<Problem>>> problems(collective ? job->ranks : 1);
   std::vector<std::vector<Problem*>> rotation(problems.size());
@@ -766,6 +780,9 @@ int WorkerMain(int in_fd, int protocol_fd) {
       measure.max_seconds = job->max_seconds_per_run;
       measure.verified = run.verified() || verified.contains(id);
       measure.run.num_threads = job->threads;
+      measure.run.dispatch = [&](absl::string_view sub_op, const kreg_args& sub_args) {
+        return sub_ops->Run(sub_op, sub_args, sub_options).status();
+      };
       if (!collective) {
         m = MeasureKernel(**kernel, *config, rotation[0], measure);
       } else {

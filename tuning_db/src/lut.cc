@@ -11,6 +11,12 @@
 // first, skipping any box farther (L1) than the eighth-best entry found.
 // Ops are the registry's: keys are checked and shape-only arguments built by
 // the Op, legality asked of the kernel's Check.
+//
+// Other machines answer through the same two lookups under their own ids:
+// the similar machines of each known machine are ranked once at Build, and
+// the measured defaults are items of their own under kMeasuredDefaultsId,
+// one per shape tuned anywhere, found by exact and nearest lookups like any
+// entry.
 #include "kreg/lut.h"
 
 #include <algorithm>

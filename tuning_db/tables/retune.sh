@@ -1,26 +1,28 @@
 #!/usr/bin/env bash
-# Re-tunes the table shipped for this machine's class: every op's shapes
-# below (top-k: the seed shapes and a spread around them, f32, and the seed
-# shapes in bf16; gmm and tgmm: three MoE shapes with balanced and skewed
-# group sizes, which are tuned apart as the data classes "balanced" and
-# "skewed", f32, and the benchmark's two in bf16), measured into a scratch
-# table, then slimmed into
+# Re-tunes the table shipped for this machine's class: every op family's
+# shapes below, measured into a scratch table, then slimmed into
 # tuning_db/tables/<class>.txtpb — per problem, each variant's best
-# configuration and its measurements, not every trial. The class is the CPU
-# model, its widest vector ISA and the core count (e.g. amd-epyc-avx2-2c).
-# About 20 minutes on 2 cores. Usage: tuning_db/tables/retune.sh [TABLE]
+# configuration and its measurements, not every trial. The class is what
+# `kreg machine` names it: CPU model, core generation, widest vector ISA and
+# core count (e.g. amd-epyc-zen3-avx2-2c). Tables of other classes stay as
+# they are: kreg answers from the most similar one where this machine has
+# none, and derives its measured defaults from all of them.
+#   top-k: the seed shapes and a spread around them, f32, and the seed
+#     shapes in bf16;
+#   gmm and tgmm: three MoE shapes with balanced and skewed group sizes,
+#     which are tuned apart as the data classes "balanced" and "skewed",
+#     f32, and the benchmark's two in bf16;
+#   collectives: all-reduce, all-gather and reduce-scatter on 2 and 4 thread
+#     ranks at three sizes, and the collective matmul on a 2x1 mesh.
+# About 25 minutes on 2 cores. Usage: tuning_db/tables/retune.sh [TABLE]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-isa=avx2
-grep -qw avx512f /proc/cpuinfo && isa=avx512
-grep -qw avx2 /proc/cpuinfo || isa=sse
-class=$(printf '%s-%s-%sc' "$model" "$isa" "$(nproc)" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/^-//;s/-$//')
-out=${1:-tuning_db/tables/$class.txtpb}
 kreg=build/release/bin/kreg
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-db=$scratch/all.lut
+class=$($kreg machine | sed -n 's/^class *//p')
+out=${1:-tuning_db/tables/$class.txtpb}
+# Every trial goes into this table first: a run that stops (a failure, a
+# kill) resumes where it stopped when started again.
+db=build/retune-$class.lut
 for d in batch=128,n=201088,k=64 batch=32,n=201088,k=64 batch=8,n=201088,k=64 batch=1,n=201088,k=64 \
          batch=64,n=32768,k=2048 batch=64,n=32768,k=256 batch=64,n=32768,k=16 batch=1,n=1000000,k=100 \
          batch=16,n=4096,k=8 batch=16,n=4096,k=512 batch=128,n=32000,k=50 batch=32,n=128000,k=8; do
@@ -40,5 +42,14 @@ for op in gmm tgmm; do
   $kreg tune $op --dims m=4096,k=2048,n=1024,groups=64 --partition skewed --dtype bf16 --db "$db" \
       --strategy halving --budget 60 --timeout 20
 done
+for op in allreduce allgather reduce_scatter; do
+  for ranks in 2 4; do
+    for count in 4096 262144 4194304; do
+      $kreg tune $op --ranks $ranks --dims count=$count --db "$db" --strategy halving --budget 60 --timeout 20
+    done
+  done
+done
+$kreg tune sharded_matmul --mesh 2x1 --ranks 2 --dims m=512,k=512,n=512 --db "$db" --strategy halving --budget 60 --timeout 20
 $kreg db slim "$db" "$out"
+rm -f "$db" "$db.lock"
 echo "wrote $out"

@@ -70,6 +70,10 @@ struct TuneRequest {
   // class is "backend=threads" unless data_class says otherwise.
   int ranks = 0;
   double comm_timeout = 30;
+  // Collective ops on a device mesh: its axes (MeshString, "x=2,y=1"), given
+  // to every candidate's thread communicator; the mesh's axis dims belong in
+  // `values`. Empty: none. (Under MPI the Comm carries its own mesh.)
+  std::string mesh;
   // Collective ops under MPI: every rank of the job calls Tune with its
   // Comm and the same request and table; candidates are measured in this
   // process (a forked worker cannot join the job), on every rank at once.

@@ -69,6 +69,7 @@ struct WorkerJob {
   // communicator per candidate; rank 0's measurement is the answer.
   int ranks = 0;
   double comm_timeout = 30;
+  std::string mesh;  // a device mesh's axes (MeshString), or ""
   // The protocol's message (every field; any bytes round-trip) and back.
   // FromProto fails only on an unknown dist or partition name.
   void ToProto(worker::Job* out) const;
