@@ -175,9 +175,10 @@ absl::Status Tune(const Flags& flags) {
   for (const std::string& d : flags.dims.empty() ? std::vector<std::string>{""} : flags.dims) {
     absl::StatusOr<NamedValues> named = ParseNamedValues(d);
     if (!named.ok()) return absl::InvalidArgumentError(absl::StrCat("--dims: ", named.status().message()));
-    for (const auto& [axis, size] : mesh) {
-      const bool given = std::any_of(named->begin(), named->end(), [&](const auto& v) { return v.first == axis; });
-      if (!given) named->emplace_back(axis, absl::StrCat(size));
+    for (const std::pair<std::string, int>& axis : mesh) {
+      const bool given =
+          std::any_of(named->begin(), named->end(), [&](const auto& v) { return v.first == axis.first; });
+      if (!given) named->emplace_back(axis.first, absl::StrCat(axis.second));
     }
     if (absl::Status s = (*op)->ParseValues(*named).status(); !s.ok()) return absl::InvalidArgumentError(s.message());
     problems.push_back(*std::move(named));
