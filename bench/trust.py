@@ -85,7 +85,8 @@ class Kreg:
 
     def __call__(self, args, env=None):
         cmd = [self.binary] + (["--plugin-path", self.plugins] if self.plugins else []) + args
-        full_env = dict(os.environ, KREG_TABLE_PATH="", **(env or {}))
+        full_env = dict(os.environ, KREG_TABLE_PATH="")  # no shipped tables unless `env` names some
+        full_env.update(env or {})
         out = subprocess.run(cmd, capture_output=True, text=True, env=full_env)
         if out.returncode != 0:
             sys.exit(f"trust: {' '.join(cmd)}: {out.stderr.strip()}")
@@ -224,6 +225,8 @@ def defaults(kreg, args, scratch):
     for line in kreg(["db", "show", own]).splitlines():  # "OP DTYPE DIMS [CLASS] @MACHINE -> ..."
         key = line.split(" @")[0].split(" ")
         extra = ["--dtype", key[1].split(",")[0]] if key[1].split(",")[0] != "f32" else []
+        if len(key) > 3 and key[3].startswith("[backend="):
+            continue  # collectives: their defaults come from the calibrated model first
         if len(key) > 3:
             extra += ["--partition", key[3].strip("[]")]
         shapes.append((key[0], key[2], extra))
