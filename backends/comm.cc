@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -16,6 +17,8 @@ namespace {
 // The host's own messages use negative tags (kernels use the others).
 constexpr int32_t kAllMaxTag = -1;
 constexpr int32_t kBroadcastTag = -2;
+constexpr int32_t kGatherTag = -3;
+constexpr int32_t kPostTag = -4;
 
 absl::Status Check(kreg_status status, const char* msg) {
   return status == KREG_OK ? absl::OkStatus() : FromAbi(status, msg);
@@ -159,6 +162,104 @@ absl::Status Comm::Broadcast(std::string* text) {
     if (absl::Status s = Exchange(abi_, send, peer, kBroadcastTag, text->data(), bytes); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> Comm::AllGather(const std::string& text) {
+  std::vector<std::string> all(size());
+  all[rank()] = text;
+  // Rank 0 gathers, then broadcasts them, each after its size.
+  std::string joined;
+  if (rank() == 0) {
+    for (int q = 1; q < size(); ++q) {
+      uint64_t bytes = 0;
+      if (absl::Status s = Exchange(abi_, false, q, kGatherTag, &bytes, sizeof bytes); !s.ok()) return s;
+      all[q].resize(bytes);
+      if (absl::Status s = Exchange(abi_, false, q, kGatherTag, all[q].data(), bytes); !s.ok()) return s;
+    }
+    for (const std::string& t : all) {
+      const uint64_t bytes = t.size();
+      joined.append(reinterpret_cast<const char*>(&bytes), sizeof bytes);
+      joined.append(t);
+    }
+  } else {
+    uint64_t bytes = text.size();
+    if (absl::Status s = Exchange(abi_, true, 0, kGatherTag, &bytes, sizeof bytes); !s.ok()) return s;
+    std::string copy = text;
+    if (absl::Status s = Exchange(abi_, true, 0, kGatherTag, copy.data(), bytes); !s.ok()) return s;
+  }
+  if (absl::Status s = Broadcast(&joined); !s.ok()) return s;
+  size_t at = 0;
+  for (int q = 0; q < size(); ++q) {
+    uint64_t bytes = 0;
+    if (at + sizeof bytes > joined.size()) return absl::InternalError("all-gather: a short message from rank 0");
+    std::memcpy(&bytes, joined.data() + at, sizeof bytes);
+    at += sizeof bytes;
+    if (bytes > joined.size() - at) return absl::InternalError("all-gather: a short message from rank 0");
+    all[q] = joined.substr(at, bytes);
+    at += bytes;
+  }
+  return all;
+}
+
+absl::Status Comm::Post(int peer, std::string text) {
+  Outgoing& out = outgoing_.emplace_back();
+  out.bytes = text.size();
+  out.text = std::move(text);
+  char msg[512] = "";
+  for (int part = 0; part < 2; ++part) {
+    void* buf = part == 0 ? static_cast<void*>(&out.bytes) : out.text.data();
+    const size_t bytes = part == 0 ? sizeof out.bytes : out.text.size();
+    if (const kreg_status s = abi_.isend(abi_.ctx, peer, kPostTag, buf, bytes, &out.requests[part], msg, sizeof msg);
+        s != KREG_OK) {
+      return Check(s, msg);
+    }
+  }
+  return Reap(/*wait=*/false);
+}
+
+// Forgets the messages delivered (`wait`: waits for every one).
+absl::Status Comm::Reap(bool wait) {
+  char msg[512] = "";
+  while (!outgoing_.empty()) {
+    Outgoing& out = outgoing_.front();
+    for (void*& request : out.requests) {
+      if (request == nullptr) continue;
+      int done = 1;
+      const kreg_status s =
+          wait ? abi_.wait(abi_.ctx, request, msg, sizeof msg) : abi_.test(abi_.ctx, request, &done, msg, sizeof msg);
+      if (done) request = nullptr;
+      if (s != KREG_OK) return Check(s, msg);
+      if (!done) return absl::OkStatus();
+    }
+    outgoing_.pop_front();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Comm::Flush() { return Reap(/*wait=*/true); }
+
+absl::StatusOr<std::optional<std::string>> Comm::Receive(int peer) {
+  char msg[512] = "";
+  auto [it, fresh] = incoming_.try_emplace(peer, 0, nullptr);
+  auto& [bytes, request] = it->second;
+  if (fresh) {
+    if (const kreg_status s = abi_.irecv(abi_.ctx, peer, kPostTag, &bytes, sizeof bytes, &request, msg, sizeof msg);
+        s != KREG_OK) {
+      incoming_.erase(it);
+      return Check(s, msg);
+    }
+  }
+  int done = 0;
+  if (const kreg_status s = abi_.test(abi_.ctx, request, &done, msg, sizeof msg); s != KREG_OK || !done) {
+    if (done) incoming_.erase(it);
+    if (s != KREG_OK) return Check(s, msg);
+    return std::nullopt;
+  }
+  // The size came; the text follows it at once.
+  std::string text(bytes, '\0');
+  incoming_.erase(it);
+  if (absl::Status s = Exchange(abi_, false, peer, kPostTag, text.data(), text.size()); !s.ok()) return s;
+  return text;
 }
 
 absl::Status RunRanks(const std::vector<std::unique_ptr<Comm>>& comms,

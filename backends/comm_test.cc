@@ -8,12 +8,15 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "kreg/registry.h"
 
 namespace kreg {
@@ -170,6 +173,39 @@ TEST(ThreadCommTest, AllMaxAndBarrierOnAnyRankCount) {
                   absl::StatusOr<std::vector<double>> m = c.AllMax({1.0 * c.rank(), -1.0 * c.rank()});
                   if (!m.ok()) return m.status();
                   EXPECT_EQ(*m, (std::vector<double>{n - 1.0, 0.0}));
+                  return absl::OkStatus();
+                }).ok());
+  }
+}
+
+// Every rank's text on every rank; and messages posted to rank 0 without
+// waiting, received in order as they come (what a sweep under mpirun
+// streams), empty ones and large ones too.
+TEST(ThreadCommTest, AllGatherAndPostedMessages) {
+  for (int n : {1, 3}) {
+    auto comms = ThreadComms(n, {});
+    ASSERT_TRUE(RunRanks(comms, [n](Comm& c) -> absl::Status {
+                  absl::StatusOr<std::vector<std::string>> all = c.AllGather(std::string(c.rank(), 'x'));
+                  if (!all.ok()) return all.status();
+                  for (int q = 0; q < n; ++q) EXPECT_EQ((*all)[q], std::string(q, 'x'));
+                  const std::vector<std::string> texts = {"first", "", std::string(1 << 20, 'y'), "last"};
+                  if (c.rank() != 0) {
+                    for (const std::string& t : texts) {
+                      if (absl::Status s = c.Post(0, absl::StrCat(c.rank(), t)); !s.ok()) return s;
+                    }
+                    return c.Flush();
+                  }
+                  for (int q = 1; q < n; ++q) {
+                    for (const std::string& t : texts) {
+                      std::optional<std::string> got;
+                      while (!got.has_value()) {
+                        absl::StatusOr<std::optional<std::string>> r = c.Receive(q);
+                        if (!r.ok()) return r.status();
+                        got = *std::move(r);
+                      }
+                      EXPECT_EQ(*got, absl::StrCat(q, t));
+                    }
+                  }
                   return absl::OkStatus();
                 }).ok());
   }

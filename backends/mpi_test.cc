@@ -70,6 +70,29 @@ TEST(MpiCommTest, HostCollectivesAgree) {
   EXPECT_TRUE(c.axis("x")->Barrier().ok());
 }
 
+TEST(MpiCommTest, AllGatherAndPostedMessages) {
+  Comm& c = World();
+  absl::StatusOr<std::vector<std::string>> all = c.AllGather(c.rank() == 0 ? "zero" : "one");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(*all, (std::vector<std::string>{"zero", "one"}));
+  const std::vector<std::string> texts = {"first", "", std::string(1 << 20, 'y'), "last"};
+  if (c.rank() == 1) {
+    for (const std::string& t : texts) ASSERT_TRUE(c.Post(0, t).ok());
+    ASSERT_TRUE(c.Flush().ok());
+  } else {
+    for (const std::string& t : texts) {
+      std::optional<std::string> got;
+      while (!got.has_value()) {
+        absl::StatusOr<std::optional<std::string>> r = c.Receive(1);
+        ASSERT_TRUE(r.ok()) << r.status();
+        got = *std::move(r);
+      }
+      EXPECT_EQ(*got, t);
+    }
+  }
+  ASSERT_TRUE(c.Barrier().ok());
+}
+
 TEST(MpiCommTest, SizesThatDisagreeAreNamed) {
   Comm& c = World();
   std::vector<char> buf(64);

@@ -102,6 +102,80 @@ Json TuneResultJson(const TuneResult& r, absl::string_view strategy) {
   return out;
 }
 
+// Prints one problem's result (`where`: the ranks and machine that tuned it
+// under mpirun, or "").
+void PrintResult(const Flags& flags, const TuneResult& r, Strategy strategy, const std::string& where,
+                 Json where_json) {
+  if (flags.json) {
+    Json out = TuneResultJson(r, StrategyName(strategy));
+    if (!where_json.is_null()) out["shared"] = std::move(where_json);
+    std::cout << Dump(out) << std::endl;
+    return;
+  }
+  const std::string& op_name = r.key.op();
+  std::string best = "no candidate succeeded";
+  if (r.entry.has_best()) {
+    best = Winner(op_name, r.entry.best());
+    if (r.entry.has_runner_up()) absl::StrAppend(&best, "  (runner-up ", Winner(op_name, r.entry.runner_up()), ")");
+  }
+  std::cout << ValidUtf8(absl::StrFormat("%s: %s\n    %d candidates, %d measured, %d reused, %d failed, %.1f s, %s%s%s\n",
+                                         KeyString(r.key), best, r.candidates, r.measured, r.reused, r.failed,
+                                         r.seconds, StrategyName(strategy),
+                                         r.complete  ? ""
+                                         : r.stopped ? "  (incomplete: stopped)"
+                                                     : "  (incomplete: the budget ran out)",
+                                         where))
+            << std::flush;
+}
+
+// A sweep of a non-collective op under mpirun, shared between the ranks
+// (kreg::TuneAcross); rank 0 prints each problem's result on each machine.
+absl::Status TuneShared(const Flags& flags, const Registry& registry, const TuneRequest& base,
+                        std::vector<NamedValues> problems, Comm& comm, TuningDb& db, Strategy strategy,
+                        const std::string& interrupted_message) {
+  std::vector<TuneRequest> requests;
+  std::vector<std::string> names;  // "topk batch=4,n=1000,k=8"
+  for (NamedValues& values : problems) {
+    names.push_back(absl::StrCat(base.op, " ", absl::StrJoin(values, ",", absl::PairFormatter("="))));
+    requests.push_back(base);
+    requests.back().values = std::move(values);
+    requests.back().comm = nullptr;
+  }
+  ProgressPrinter printer(flags);
+  absl::StatusOr<std::vector<SharedResult>> results =
+      TuneAcross(registry, requests, comm, &db, comm.rank() == 0 ? &printer : nullptr, &interrupted);
+  printer.Done();
+  if (!results.ok()) return results.status();
+  std::vector<std::string> failures, nothing_ran;
+  bool stopped = interrupted;
+  for (const SharedResult& shared : *results) {
+    std::string machine = shared.machine;
+    for (const tuning::Machine& m : db.proto().machines()) {
+      if (m.id() == shared.machine) machine = MachineSummary(m);
+    }
+    const std::string where = absl::StrCat("on rank", shared.ranks.size() > 1 ? "s " : " ",
+                                           absl::StrJoin(shared.ranks, ","), " (", machine, ")");
+    if (!shared.status.ok()) {
+      failures.push_back(absl::StrCat(names[shared.problem], " ", where, ": ", shared.status.message()));
+      continue;
+    }
+    stopped = stopped || shared.result.stopped;
+    if (!shared.result.entry.has_best()) nothing_ran.push_back(KeyString(shared.result.key));
+    Json where_json = Json::object();
+    where_json["ranks"] = shared.ranks;
+    where_json["machine"] = shared.machine;
+    PrintResult(flags, shared.result, strategy, absl::StrCat("\n    ", where), std::move(where_json));
+  }
+  if (stopped) return absl::CancelledError(interrupted_message);
+  if (!failures.empty()) return absl::FailedPreconditionError(absl::StrJoin(failures, "; "));
+  if (!nothing_ran.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no candidate succeeded for ", absl::StrJoin(nothing_ran, "; "), " (every failure is recorded in ", flags.db,
+        ": kreg db show ", flags.db, ")"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Tune(const Flags& flags) {
@@ -150,8 +224,9 @@ absl::Status Tune(const Flags& flags) {
     }
     if (flags.backend != "mpi") base.ranks = size;
   }
-  // Under mpirun (--backend mpi) every rank sweeps together in its own
-  // process; rank 0 keeps the table and reports.
+  // Under mpirun (--backend mpi) rank 0 keeps the table and reports. A
+  // collective's ranks sweep together, each candidate on all of them; other
+  // ops' problems and candidates are shared out (TuneShared).
   std::unique_ptr<Comm> mpi;
   if (flags.backend == "mpi") {
     CommOptions comm_options;
@@ -184,23 +259,20 @@ absl::Status Tune(const Flags& flags) {
     problems.push_back(*std::move(named));
   }
 
-  absl::StatusOr<TuningDb> db = TuningDb::Load(flags.db);
+  absl::StatusOr<TuningDb> db = reports ? TuningDb::Load(flags.db) : TuningDb();
   if (db.status().code() == absl::StatusCode::kNotFound) db = TuningDb();  // a new table
-  if (db.status().code() == absl::StatusCode::kDataLoss) return absl::InvalidArgumentError(db.status().message());
+  if (db.status().code() == absl::StatusCode::kDataLoss) db = absl::InvalidArgumentError(db.status().message());
   if (db.ok() && !db->unchecked().empty() && reports) Warn(flags, db->unchecked());
-  if (mpi != nullptr) {
+  if (mpi != nullptr && !db.ok()) mpi->Abort(db.status().message());  // the other ranks wait for rank 0's table
+  if (!db.ok()) return db.status();
+  if (mpi != nullptr && (*op)->collective()) {
     // Every rank starts from rank 0's table, so all skip the same
     // candidates (measured, or in flight when an earlier job died).
-    std::string bytes;
-    if (mpi->rank() == 0) {
-      if (!db.ok()) mpi->Abort(db.status().message());
-      if (!db.ok()) return db.status();
-      bytes = db->ToBinary();
-    }
+    std::string bytes = db->ToBinary();
     if (absl::Status s = mpi->Broadcast(&bytes); !s.ok()) return s;
     if (mpi->rank() != 0) db = TuningDb::Parse(bytes, "rank 0's table");
+    if (!db.ok()) return db.status();
   }
-  if (!db.ok()) return db.status();
   db->AddMachine(ThisMachine());
 
   struct sigaction action {};
@@ -211,6 +283,9 @@ absl::Status Tune(const Flags& flags) {
 
   const std::string interrupted_message = absl::StrCat(
       "interrupted; every finished measurement is in ", flags.db, "; run the same command again to resume");
+  if (mpi != nullptr && !(*op)->collective()) {
+    return TuneShared(flags, **registry, base, std::move(problems), *mpi, *db, *strategy, interrupted_message);
+  }
   std::vector<std::string> nothing_ran;  // keys no candidate succeeded for
   for (NamedValues& values : problems) {
     TuneRequest request = base;
@@ -222,23 +297,7 @@ absl::Status Tune(const Flags& flags) {
     if (interrupted || (result.ok() && result->stopped)) return absl::CancelledError(interrupted_message);
     if (!result.ok()) return result.status();
     if (!result->entry.has_best()) nothing_ran.push_back(KeyString(result->key));
-    if (!reports) continue;
-    const TuneResult& r = *result;
-    if (flags.json) {
-      std::cout << Dump(TuneResultJson(r, StrategyName(*strategy))) << std::endl;
-      continue;
-    }
-    const std::string& op_name = r.key.op();
-    std::string best = "no candidate succeeded";
-    if (r.entry.has_best()) {
-      best = Winner(op_name, r.entry.best());
-      if (r.entry.has_runner_up()) absl::StrAppend(&best, "  (runner-up ", Winner(op_name, r.entry.runner_up()), ")");
-    }
-    std::cout << ValidUtf8(absl::StrFormat("%s: %s\n    %d candidates, %d measured, %d reused, %d failed, %.1f s, %s%s\n",
-                                           KeyString(r.key), best, r.candidates, r.measured, r.reused, r.failed,
-                                           r.seconds, StrategyName(*strategy),
-                                           r.complete ? "" : "  (incomplete: the budget ran out)"))
-              << std::flush;
+    if (reports) PrintResult(flags, *result, *strategy, "", Json(nullptr));
   }
   if (!nothing_ran.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(

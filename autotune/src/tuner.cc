@@ -207,6 +207,7 @@ class Sweep {
         in_flight.set_measured_at(std::time(nullptr));
         in_flight.set_threads(request_.threads);
         db_->AddTrial(key_, in_flight);
+        Publish(&in_flight);
         Checkpoint();
       }
       m = runner_->Measure(c.kernel->name(), c.kernel->ConfigPairs(c.config), reps);
@@ -246,7 +247,26 @@ class Sweep {
     trial.set_threads(request_.threads);
     trial.set_signal(m.signal);
     db_->AddTrial(key_, trial);
+    Publish(&trial);
     Checkpoint();
+  }
+
+  // Stamps how the entry is tuned (complete or not), and checkpoints.
+  void SetTuningInfo(bool complete) {
+    db_->SetTuningInfo(key_, ToolVersion(), StrategyName(request_.search.strategy), std::time(nullptr), complete);
+    Publish(nullptr);
+  }
+
+  // Tells request.on_record about `trial` (nullptr: the tuning info alone).
+  void Publish(const tuning::Trial* trial) {
+    if (!request_.on_record) return;
+    TuningDb one;
+    one.AddMachine(ThisMachine());
+    if (trial != nullptr) one.AddTrial(key_, *trial);
+    if (const tuning::Entry* e = db_->FindEntry(key_); e != nullptr && e->tuned_at() > 0) {
+      one.SetTuningInfo(key_, e->tool_version(), e->strategy(), e->tuned_at(), !e->incomplete());
+    }
+    request_.on_record(one);
   }
 
   // Whether stored failure `t` may say more about the environment than about
@@ -415,6 +435,10 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
       request.list_growth_rounds < 0) {
     return absl::InvalidArgumentError("reps, timeout and max list length must be positive");
   }
+  if (request.slices < 1 || request.slice < 0 || request.slice >= request.slices) {
+    return absl::InvalidArgumentError(absl::StrCat("share ", request.slice, " of ", request.slices,
+                                                   ": expected 0 <= slice < slices"));
+  }
   absl::StatusOr<Values> values = op.ParseValues(request.values);
   if (!values.ok()) return values.status();
   if (request.comm != nullptr) {
@@ -516,20 +540,25 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   }
 
   Sweep sweep(request, db, observer, stop, runner.get(), key, shape.args()->dims);
+  size_t enumerated = 0;  // for this sweep's share
   for (const std::shared_ptr<const Kernel>& k : kernels) {
-    sweep.AddLegal(k, k->params().Enumerate(CpuIsa(), shape.args()->dims, request.max_list_len));
+    std::vector<Config> mine;
+    for (Config& c : k->params().Enumerate(CpuIsa(), shape.args()->dims, request.max_list_len)) {
+      if (enumerated++ % request.slices == static_cast<size_t>(request.slice)) mine.push_back(std::move(c));
+    }
+    sweep.AddLegal(k, std::move(mine));
     if (sweep.stopped()) break;
   }
   TuneResult& result = sweep.result();
   result.key = key;
+  if (sweep.size() == 0 && request.slices > 1 && sweep.error().empty()) return result;  // an empty share
   if (sweep.size() == 0 && !sweep.stopped()) {
     if (!sweep.error().empty()) return absl::InvalidArgumentError(sweep.error());
     return absl::InvalidArgumentError(absl::StrCat("no configuration of any ", op.name(),
                                                    " kernel is legal for ", KeyString(key)));
   }
   // The entry is marked incomplete until the search finishes.
-  db->SetTuningInfo(key, ToolVersion(), StrategyName(request.search.strategy), std::time(nullptr),
-                    /*complete=*/false);
+  sweep.SetTuningInfo(/*complete=*/false);
   SearchOptions search = request.search;
   search.stop = stop;
   search.groups.clear();  // by variant
@@ -546,7 +575,7 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   result.candidates = sweep.size();
   result.stopped = sweep.stopped();
   result.complete = complete;
-  db->SetTuningInfo(key, ToolVersion(), StrategyName(request.search.strategy), std::time(nullptr), complete);
+  sweep.SetTuningInfo(complete);
   sweep.Checkpoint();
   if (!sweep.save_error().ok()) return sweep.save_error();
   result.seconds = sweep.Elapsed();

@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -85,6 +86,14 @@ struct TuneRequest {
   // The table file checkpointed after every result; empty: none (the caller
   // saves `db` itself).
   std::string db_path;
+  // This sweep's share of the candidates: every `slices`-th one enumerated,
+  // from the `slice`-th (a problem split between ranks, TuneAcross). A share
+  // may be empty.
+  int slice = 0, slices = 1;
+  // Called with each result as it is recorded (a trial, or the entry's
+  // tuning info), as a table of that alone with this machine's record:
+  // what TuneAcross streams to rank 0.
+  std::function<void(const TuningDb& result)> on_record;
   // The worker's argv; empty: FindWorker().
   std::vector<std::string> worker_command;
 };
@@ -125,6 +134,32 @@ struct TuneResult {
 // kept (and saved), and the result says stopped.
 absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& request, TuningDb* db,
                                 TuneObserver* observer = nullptr, const std::atomic<bool>* stop = nullptr);
+
+// Sweeps under mpirun: the problems `requests` (one op, not a collective;
+// the same requests on every rank) shared between the ranks of `comm`'s
+// job. Ranks whose machines have the same fingerprint (ThisMachine().id())
+// form a group and split its work: whole problems, dealt round-robin, when
+// the group has no more ranks than problems; else each problem's candidates
+// too (TuneRequest::slice). Ranks on different machines each tune for
+// their own. Every rank streams each result to rank 0 as it is recorded;
+// rank 0 merges them into `db` and checkpoints it to requests[0].db_path,
+// so a rank that dies loses only the candidate it was measuring, and the
+// same command resumes (every rank reuses what rank 0's table holds: give
+// rank 0's table, or an empty one, on every rank; Tune broadcasts it).
+// A share marks its entry complete only once every share of it has.
+// Returns on rank 0 one result per problem and machine (its counts summed
+// over the ranks that shared it; a share's failure in `status`), on the
+// others none. `observer` sees this rank's own sweeps.
+struct SharedResult {
+  int problem = 0;            // index in the requests
+  std::string machine;        // the machine's fingerprint id
+  std::vector<int> ranks;     // the ranks that tuned it
+  TuneResult result;
+  absl::Status status;
+};
+absl::StatusOr<std::vector<SharedResult>> TuneAcross(const Registry& registry, const std::vector<TuneRequest>& requests,
+                                                     Comm& comm, TuningDb* db, TuneObserver* observer = nullptr,
+                                                     const std::atomic<bool>* stop = nullptr);
 
 // The tool version written into entries ("kreg 0.1.0").
 const char* ToolVersion();

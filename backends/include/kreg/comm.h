@@ -33,8 +33,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,12 +91,34 @@ class Comm {
   absl::StatusOr<std::vector<double>> AllMax(std::vector<double> values);
   // Rank 0's *text, on every rank.
   absl::Status Broadcast(std::string* text);
+  // Every rank's `text`, by rank, on every rank.
+  absl::StatusOr<std::vector<std::string>> AllGather(const std::string& text);
+
+  // Host messages between two ranks outside the collectives (a sweep's
+  // results, streaming to rank 0 as they come), in order per pair of ranks.
+  // Post sends `text` to `peer` without waiting: the Comm keeps it until it
+  // is delivered, and Flush waits for every one posted. Receive returns the
+  // next message `peer` posted to this rank, or nullopt when none has come.
+  absl::Status Post(int peer, std::string text);
+  absl::Status Flush();
+  absl::StatusOr<std::optional<std::string>> Receive(int peer);
 
  protected:
   // Sets abi_.axis; axes_ holds the communicators it answers with.
   void EnableAxes();
   kreg_comm abi_{};
   std::vector<std::pair<std::string, std::unique_ptr<Comm>>> axes_;
+
+ private:
+  // Post's messages in flight: a size, then the text (each a request).
+  struct Outgoing {
+    uint64_t bytes = 0;
+    std::string text;
+    void* requests[2] = {nullptr, nullptr};
+  };
+  absl::Status Reap(bool wait);
+  std::deque<Outgoing> outgoing_;
+  std::map<int, std::pair<uint64_t, void*>> incoming_;  // peer -> the size awaited, its receive
 };
 
 // For backends: how long a wait may last, the timeout, or for a host message
