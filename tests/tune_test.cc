@@ -69,7 +69,7 @@ const tuning::Trial* Trial(const TuningDb& db, const std::string& mode) {
 
 TEST(TuneTest, CrashesHangsAndWrongResultsAreRecordedAndTheBestStillWins) {
   const std::string db = Db("faulty");
-  Result r = Kreg("tune topk --dims batch=4,n=2000,k=10 --variants faulty --strategy exhaustive --reps 3 "
+  Result r = Kreg("tune topk --dims batch=4,n=2000,k=10 --variants faulty --strategy exhaustive --no-thread-round --reps 3 "
                   "--timeout 2 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("7 candidates, 7 measured, 0 reused, 5 failed"));
@@ -99,7 +99,7 @@ TEST(TuneTest, CrashesHangsAndWrongResultsAreRecordedAndTheBestStillWins) {
 TEST(TuneTest, WritesPastAnOutputAreCaughtAndTheSweepGoesOn) {
   const std::string db = Db("overrun");
   Result r = KregWith(std::string(KREG_PLUGIN_DIR) + ":" + KREG_TEST_PLUGIN_DIR + "/faulty_gmm",
-                      "tune gmm --dims m=64,k=32,n=16,groups=2 --variants faulty --strategy exhaustive --reps 3 "
+                      "tune gmm --dims m=64,k=32,n=16,groups=2 --variants faulty --strategy exhaustive --no-thread-round --reps 3 "
                       "--timeout 5 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("3 candidates, 3 measured, 0 reused, 2 failed"));
@@ -121,27 +121,71 @@ TEST(TuneTest, WritesPastAnOutputAreCaughtAndTheSweepGoesOn) {
 }
 
 // A stored failure the environment may have caused is measured again by the
-// next sweep: a crash by SIGKILL (the OOM killer's signal), and a crash or
-// timeout under another thread count. The kernel's own crash (SIGSEGV) and
-// wrong result are kept.
+// next sweep: a crash by SIGKILL (the OOM killer's signal). The kernel's own
+// crash (SIGSEGV) and wrong result are kept. Another thread count is
+// another trial: measured afresh.
 TEST(TuneTest, FailuresTheEnvironmentMayHaveCausedAreTriedAgain) {
   const std::string db = Db("environment");
-  const std::string args =
-      "tune topk --dims batch=4,n=2000,k=10 --variants faulty --strategy exhaustive --reps 3 --timeout 1 --db " + db;
+  const std::string args = "tune topk --dims batch=4,n=2000,k=10 --variants faulty --strategy exhaustive --reps 3 "
+                           "--timeout 1 --no-thread-round --db " + db;
   Result r = Kreg(args);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("7 candidates, 7 measured, 0 reused"));
   r = Kreg(args);  // killed and greedy (not kept) again
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("7 candidates, 2 measured, 5 reused"));
-  r = Kreg(args + " --threads 1");  // crash, hang and killed were measured on all cores; greedy
+  r = Kreg(args + " --threads 1");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("7 candidates, 4 measured, 3 reused"));
+  EXPECT_THAT(r.out, HasSubstr("7 candidates, 7 measured, 0 reused"));
   absl::StatusOr<TuningDb> table = TuningDb::Load(db);
   ASSERT_TRUE(table.ok()) << table.status();
-  EXPECT_EQ(Trial(*table, "crash")->threads(), 1);
-  EXPECT_EQ(Trial(*table, "crash")->signal(), SIGSEGV);
-  EXPECT_EQ(Trial(*table, "wrong")->threads(), 0);
+  int crashes = 0;
+  for (const tuning::Trial& t : table->proto().entries(0).trials()) {
+    if (t.config().params(0).choice() != "crash") continue;
+    ++crashes;
+    EXPECT_EQ(t.signal(), SIGSEGV);
+  }
+  EXPECT_EQ(crashes, 2);  // on all cores and on 1 thread
+}
+
+// Without --threads, the leaders are measured again on fewer threads than
+// cores (on 1, 2, 4, ...), each a trial of its own; query and run answer
+// with the thread count that was fastest.
+TEST(TuneTest, TheLeadersAreTriedOnFewerThreads) {
+  if (ThisMachine().cores() < 2) GTEST_SKIP() << "one core: no fewer threads to try";
+  const std::string db = Db("thread_round");
+  Result r = Kreg("tune topk --dims batch=4,n=3000,k=32 --variants sort,radix --strategy exhaustive --reps 3 --db " +
+                  db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  absl::StatusOr<TuningDb> table = TuningDb::Load(db);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const tuning::Entry& e = table->proto().entries(0);
+  std::set<std::string> on_one;  // variants measured on 1 thread
+  for (const tuning::Trial& t : e.trials()) {
+    if (t.threads() == 1) on_one.insert(t.variant());
+  }
+  EXPECT_FALSE(on_one.empty());
+  EXPECT_TRUE(on_one.contains(e.best().variant()) || e.best().threads() == 1) << e.DebugString();
+  // A table whose best ran on 1 thread: query says so, run runs it so.
+  tuning::Database forced = table->proto();
+  for (tuning::Trial& t : *forced.mutable_entries(0)->mutable_trials()) {
+    if (t.threads() == 1 && t.status() == tuning::Trial::OK) t.set_median_ns(1);
+  }
+  absl::StatusOr<TuningDb> one = TuningDb::FromProto(forced);
+  ASSERT_TRUE(one.ok()) << one.status();
+  const std::string one_db = Db("thread_round_one");
+  ASSERT_TRUE(one->Save(one_db).ok());
+  r = Kreg("query topk --dims batch=4,n=3000,k=32 --no-shipped --db " + one_db);
+  EXPECT_THAT(r.out, HasSubstr("on 1 thread]")) << r.out;
+  r = Kreg("--json query topk --dims batch=4,n=3000,k=32 --no-shipped --db " + one_db);
+  EXPECT_THAT(r.out, HasSubstr("\"threads\":1")) << r.out;
+  r = Kreg("run topk --dims batch=4,n=3000,k=32 --check --no-shipped --db " + one_db);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("on 1 thread")) << r.out;
+  r = Kreg("tune topk --dims batch=4,n=3000,k=32 --variants sort,radix --strategy exhaustive --reps 3 "
+           "--no-thread-round --db " + Db("no_thread_round"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("thread"))) << r.out;
 }
 
 // A collective tuned on thread ranks: every rank runs each candidate at
@@ -187,7 +231,7 @@ TEST(TuneTest, TheCollectiveMatmulIsTunedOnItsMesh) {
   EXPECT_THAT(r.out, HasSubstr("[exact from m=64,k=32,n=48,ranks=2,x=2,y=1"));
   r = Kreg("run sharded_matmul --mesh 2x1 --dims m=64,k=32,n=48 --check --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: exact)"));
+  EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: exact"));
   r = Kreg("tune sharded_matmul --mesh 2x2 --ranks 3 --dims m=64,k=32,n=48 --db " + db);
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_THAT(r.stderr_text, HasSubstr("--ranks 3 but the mesh x=2,y=2 has 4 ranks"));
@@ -229,7 +273,7 @@ TEST(TuneTest, AKernelCheckThatCrashesOrHangsCostsOnlyItsOwnConfigurations) {
   // still measured.
   const std::string db = Db("bad_check");
   Result r = KregWith(std::string(KREG_PLUGIN_DIR) + ":" + KREG_TEST_PLUGIN_DIR + "/bad_check",
-                      "tune topk --dims batch=4,n=2000,k=10 --variants bad_check,sort --strategy exhaustive "
+                      "tune topk --dims batch=4,n=2000,k=10 --variants bad_check,sort --strategy exhaustive --no-thread-round "
                       "--reps 3 --timeout 3 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("check crashed"));
@@ -250,10 +294,10 @@ TEST(TuneTest, AKernelCheckThatCrashesOrHangsCostsOnlyItsOwnConfigurations) {
 
 TEST(TuneTest, AddingAVariantMeasuresOnlyWhatIsNew) {
   const std::string db = Db("resume");
-  Result r = Kreg("tune topk --dims batch=4,n=3000,k=32 --variants sort --strategy exhaustive --reps 3 --db " + db);
+  Result r = Kreg("tune topk --dims batch=4,n=3000,k=32 --variants sort --strategy exhaustive --no-thread-round --reps 3 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("2 candidates, 2 measured, 0 reused"));
-  r = Kreg("tune topk --dims batch=4,n=3000,k=32 --variants sort,radix --strategy exhaustive --reps 3 --db " + db);
+  r = Kreg("tune topk --dims batch=4,n=3000,k=32 --variants sort,radix --strategy exhaustive --no-thread-round --reps 3 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("26 candidates, 24 measured, 2 reused"));
 }
@@ -271,7 +315,7 @@ TEST(TuneTest, QueryAndDispatchedRunAnswerFromTheTable) {
   EXPECT_THAT(r.out, HasSubstr("[default: "));
   r = Kreg("run topk --db " + db + " --dims batch=8,n=4000,k=16 --check");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: exact)"));
+  EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: exact"));
   r = Kreg("db show " + db);
   EXPECT_THAT(r.out, HasSubstr("topk f32 batch=8,n=4000,k=16"));
   r = Kreg("db diff " + db + " " + db);
@@ -399,7 +443,7 @@ TEST(TuneTest, RaggedRowsAreTunedUnderTheirOwnKeyAndAnsweredExactly) {
   r = Kreg("run topk --db " + db + inputs + " --dims k=8 --check");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("f32+row_ends batch=6,n=3000,k=8"));
-  EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: exact)"));
+  EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: exact"));
   r = Kreg("query topk --with row_ends --dims batch=6,n=3000,k=8 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("topk f32+row_ends batch=6,n=3000,k=8 -> topk/sort"));
@@ -407,7 +451,7 @@ TEST(TuneTest, RaggedRowsAreTunedUnderTheirOwnKeyAndAnsweredExactly) {
   // Random row ends of the same shape: the same key.
   r = Kreg("run topk --db " + db + " --with row_ends --dims batch=6,n=3000,k=8 --check");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("(chosen by the table: exact)"));
+  EXPECT_THAT(r.out, HasSubstr("(chosen by the table: exact"));
   // Whole rows (no row_ends), or row_starts too: other keys, the default.
   r = Kreg("query topk --dims batch=6,n=3000,k=8 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -458,7 +502,7 @@ TEST(TuneTest, ANewOpTunesQueriesAndRunsThroughTheCommandLine) {
   // The attribute alpha is not part of the key: any alpha answers exactly.
   r = KregWith(plugins, "run axpy --db " + db + " --dims n=5000,alpha=0.5 --reps 2 --check");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: exact)"));
+  EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: exact"));
   r = KregWith(plugins, "run axpy/blocked --dims n=5000 --param block=64 --reps 2 --check");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("block=64"));
@@ -488,7 +532,7 @@ TEST(TuneTest, TheOpsDataClassKeysTuningAndDispatch) {
   EXPECT_THAT(r.out, HasSubstr("axpy f32 n=2000 [sparse] @"));
   r = KregWith(plugins, "run axpy --db " + db + " --input x=" + dir + "/sparse.npy --reps 2 --check");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: exact)"));
+  EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: exact"));
   r = KregWith(plugins, "run axpy --db " + db + " --dims n=2000 --reps 2 --check");  // dense, random
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("check ok  (chosen by the table: default)"));
@@ -526,7 +570,7 @@ TEST(TuneTest, ASweepKilledMidwayResumesFromItsCheckpoint) {
   const std::string db = Db("killed");
   // Exhaustive order is the declared one: ok, slow, wrong, crash, hang,
   // killed, greedy. Kill it while it waits on the hang.
-  const std::string args = "tune topk --dims batch=4,n=2000,k=10 --variants faulty --strategy exhaustive --reps 3 --db " + db;
+  const std::string args = "tune topk --dims batch=4,n=2000,k=10 --variants faulty --strategy exhaustive --no-thread-round --reps 3 --db " + db;
   pid_t pid = Spawn(args + " --timeout 60");
   ASSERT_TRUE(WaitForTrial(db, "crash"));
   kill(pid, SIGKILL);
@@ -542,7 +586,7 @@ TEST(TuneTest, ASweepKilledMidwayResumesFromItsCheckpoint) {
 TEST(TuneTest, CtrlCStopsCleanlyAndLeavesAValidTable) {
   const std::string db = Db("interrupted");
   const std::string log = ::testing::TempDir() + "/kreg_tune_interrupted_" + std::to_string(getpid()) + ".log";
-  pid_t pid = Spawn("tune topk --dims batch=4,n=2000,k=10 --variants faulty --strategy exhaustive --reps 3 "
+  pid_t pid = Spawn("tune topk --dims batch=4,n=2000,k=10 --variants faulty --strategy exhaustive --no-thread-round --reps 3 "
                     "--timeout 60 --db " + db, log);
   ASSERT_TRUE(WaitForTrial(db, "crash"));
   kill(pid, SIGINT);

@@ -187,6 +187,7 @@ Json TrialJson(absl::string_view op, const tuning::Trial& trial) {
   out["min_ns"] = Ns(trial.min_ns());
   out["max_ns"] = Ns(trial.max_ns());
   out["reps"] = trial.reps();
+  out["threads"] = trial.threads();
   return out;
 }
 
@@ -203,6 +204,7 @@ Json AnswerJson(const tuning::ProblemKey& asked, const LutAnswer& answer) {
   out["median_ns"] = answer.trial != nullptr ? Json(Ns(answer.trial->median_ns())) : Json(nullptr);
   out["machine"] = answer.machine != nullptr ? MachineJson(*answer.machine) : Json(nullptr);
   out["why"] = answer.why.empty() ? Json(nullptr) : Str(answer.why);
+  out["threads"] = answer.threads;
   return out;
 }
 
@@ -233,6 +235,7 @@ std::string AnswerHow(const LutAnswer& answer, bool detailed) {
     absl::StrAppend(&how, " from ", DimsString(*answer.tuned_dims),
                     answer.trial != nullptr ? ", " + Ms(answer.trial->median_ns()) : "");
   }
+  if (answer.threads > 0) absl::StrAppend(&how, ", on ", answer.threads, answer.threads == 1 ? " thread" : " threads");
   if (answer.incomplete) absl::StrAppend(&how, ", incomplete");
   return how;
 }
@@ -289,6 +292,7 @@ absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpe
   choice.kernel = *kernel;
   choice.config = *a->config;
   choice.how = AnswerHow(*a, /*detailed=*/false);
+  choice.threads = a->threads;
   choice.answer = AnswerJson(MakeProblemKey(spec.op->name(), key, machine, *data_class), *a);
   return choice;
 }

@@ -67,6 +67,7 @@ struct Flags {
   std::string variants, strategy = "halving";
   double budget = 0, timeout = 30;
   int max_list_len = 2, list_growth_rounds = 4;
+  bool no_thread_round = false;
 };
 
 // The registry from --plugin-path, KREG_PLUGIN_PATH and the default folders;
@@ -155,6 +156,7 @@ struct TableChoice {
   Config config;
   std::string how;  // AnswerHow's
   Json answer;      // the answer record
+  int threads = 0;  // LutAnswer::threads
 };
 // How an answer matched, for people: "exact", "similar machine (AMD EPYC,
 // zen2, avx2, 2 cores)", "default"; `detailed` adds where from ("exact from

@@ -318,6 +318,7 @@ absl::Status Run(const Flags& given) {
   // Before the inputs are built: an unknown variant is found at once.
   std::shared_ptr<const Kernel> kernel;
   Config config;
+  int threads = flags.threads;  // per run; the table's answer may ask for fewer
   if (!from_table) {
     absl::StatusOr<std::shared_ptr<const Kernel>> k = (*registry)->Get(name);
     if (!k.ok()) return absl::InvalidArgumentError(k.status().message());
@@ -433,7 +434,7 @@ absl::Status Run(const Flags& given) {
     options.warmup = flags.warmup;
     options.reps = flags.reps;
     options.check = flags.check;
-    options.run.num_threads = flags.threads;
+    options.run.num_threads = threads;
     options.comm = comm;
     measured[rank] = MeasureKernel(*kernel, config, {problems[rank].get()}, options);
   };
@@ -454,6 +455,7 @@ absl::Status Run(const Flags& given) {
       how = choice->how;
       chosen_by = std::move(choice->answer);
       name = kernel->name();
+      if (choice->threads > 0 && (threads == 0 || choice->threads < threads)) threads = choice->threads;
     }
     measure(nullptr);
   }
@@ -876,6 +878,9 @@ int Main(int argc, char** argv) {
       ->option_text("N")
       ->capture_default_str()
       ->check(Number(0, true));
+  tune->add_flag("--no-thread-round,--no_thread_round", f.no_thread_round,
+                 "do not measure the leaders again on fewer threads than cores (without --threads they are: "
+                 "a kernel faster on fewer threads is chosen with them)");
   AddDataClass(tune, f, "the data class kept in the key (default: the op's classifier on the inputs, else "
                         "dist=NAME for a --dist other than normal)");
 

@@ -80,7 +80,9 @@ class ProgressPrinter : public TuneObserver {
 
 std::string Winner(const std::string& op, const tuning::Trial& t) {
   std::string config = ConfigText(t.config());
-  return absl::StrCat(op, "/", t.variant(), config.empty() ? "" : " ", config, "  ", Ms(t.median_ns()));
+  return absl::StrCat(op, "/", t.variant(), config.empty() ? "" : " ", config,
+                      t.threads() > 0 ? absl::StrCat(" on ", t.threads(), t.threads() == 1 ? " thread" : " threads") : "",
+                      "  ", Ms(t.median_ns()));
 }
 
 // The tune result record.
@@ -205,6 +207,7 @@ absl::Status Tune(const Flags& flags) {
   base.list_growth_rounds = flags.list_growth_rounds;
   base.warmup = flags.warmup;
   base.threads = flags.threads;
+  base.thread_round = !flags.no_thread_round;
   base.timeout_seconds = flags.timeout;
   base.db_path = flags.db;
   base.ranks = flags.ranks;

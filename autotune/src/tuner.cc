@@ -63,6 +63,7 @@ TrialStatus FromProto(tuning::Trial::Status s) {
 struct Candidate {
   std::shared_ptr<const Kernel> kernel;
   Config config;
+  int threads = 0;  // a chosen thread count (the thread round); 0: the request's
 };
 
 // Measures in this process, on this rank of an MPI job: every rank runs the
@@ -76,7 +77,7 @@ class RankRunner : public CandidateRunner {
         problems_(std::move(problems)),
         sub_ops_(Dispatcher::Create(registry, TuningDb())) {}
 
-  Measurement Measure(const std::string& name, const Params& params, int reps) override {
+  Measurement Measure(const std::string& name, const Params& params, int reps, int threads) override {
     Measurement m;
     absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry_.Get(name);
     if (!kernel.ok()) {
@@ -100,7 +101,7 @@ class RankRunner : public CandidateRunner {
     options.warmup = request_.warmup;
     options.reps = reps;
     options.max_seconds = request_.max_seconds_per_candidate;
-    options.run.num_threads = request_.threads;
+    options.run.num_threads = threads > 0 ? threads : request_.threads;
     options.comm = comm->get();
     // A composite op's sub-ops run at their op's default (as in the worker).
     RunOptions sub_options;
@@ -188,7 +189,7 @@ class Sweep {
     // Resume: a stored result of this (variant, version, config) is reused;
     // only full measurements and a candidate's own failures are stored.
     const tuning::Trial* t =
-        again ? nullptr : db_->FindTrial(key_, c.kernel->variant(), c.kernel->version(), proto_config);
+        again ? nullptr : db_->FindTrial(key_, c.kernel->variant(), c.kernel->version(), proto_config, Threads(c));
     if (t != nullptr && !MayHaveBeenTheEnvironment(*t)) {
       m.status = FromProto(t->status());
       m.median_ns = t->median_ns();
@@ -205,17 +206,17 @@ class Sweep {
         in_flight.set_status(tuning::Trial::CRASHED);
         in_flight.set_error("in flight when the MPI job ended (under MPI a crash ends the job)");
         in_flight.set_measured_at(std::time(nullptr));
-        in_flight.set_threads(request_.threads);
+        in_flight.set_threads(Threads(c));
         db_->AddTrial(key_, in_flight);
         Publish(&in_flight);
         Checkpoint();
       }
-      m = runner_->Measure(c.kernel->name(), c.kernel->ConfigPairs(c.config), reps);
+      m = runner_->Measure(c.kernel->name(), c.kernel->ConfigPairs(c.config), reps, c.threads);
       if (stopped()) return m;  // a candidate cut short by the stop flag is not a result
       Count(i, /*measured=*/true);
       if (!m.ok()) {
         ++result_.failed;
-        Warn(absl::StrCat(c.kernel->name(), " ", c.kernel->ConfigString(c.config), ": ", TrialStatusName(m.status),
+        Warn(absl::StrCat(Name(c), ": ", TrialStatusName(m.status),
                           ": ", m.error));
       }
       // kError (the worker could not be started or set up) is not kept, so a
@@ -227,7 +228,7 @@ class Sweep {
     // Progress shows the fastest seen so far, full measurement or not.
     if (m.ok() && (best_name_.empty() || m.median_ns < best_ns_)) {
       best_ns_ = m.median_ns;
-      best_name_ = absl::StrCat(c.kernel->name(), " ", c.kernel->ConfigString(c.config));
+      best_name_ = Name(c);
     }
     Report();
     return m;
@@ -244,7 +245,7 @@ class Sweep {
     trial.set_status(ToProto(m.status));
     trial.set_error(m.error);
     trial.set_measured_at(std::time(nullptr));
-    trial.set_threads(request_.threads);
+    trial.set_threads(Threads(c));
     trial.set_signal(m.signal);
     db_->AddTrial(key_, trial);
     Publish(&trial);
@@ -272,14 +273,51 @@ class Sweep {
   // Whether stored failure `t` may say more about the environment than about
   // the kernel, so this sweep measures it again instead of reusing it: a
   // crash by a signal a kernel does not raise at itself (SIGKILL from the
-  // OOM killer, SIGTERM, SIGINT, SIGHUP from a person), or a crash or
-  // timeout with another thread count than this sweep's.
-  bool MayHaveBeenTheEnvironment(const tuning::Trial& t) const {
-    const bool crash = t.status() == tuning::Trial::CRASHED, timeout = t.status() == tuning::Trial::TIMED_OUT;
-    if (crash && (t.signal() == SIGKILL || t.signal() == SIGTERM || t.signal() == SIGINT || t.signal() == SIGHUP)) {
-      return true;
+  // OOM killer, SIGTERM, SIGINT, SIGHUP from a person). (Another thread
+  // count is another trial altogether.)
+  static bool MayHaveBeenTheEnvironment(const tuning::Trial& t) {
+    return t.status() == tuning::Trial::CRASHED &&
+           (t.signal() == SIGKILL || t.signal() == SIGTERM || t.signal() == SIGINT || t.signal() == SIGHUP);
+  }
+
+  // The thread count candidate c runs with (0: all cores).
+  int Threads(const Candidate& c) const { return c.threads > 0 ? c.threads : request_.threads; }
+  static std::string Name(const Candidate& c) {
+    const std::string config = c.kernel->ConfigString(c.config);
+    return absl::StrCat(c.kernel->name(), config.empty() ? "" : " ", config,
+                        c.threads > 0 ? absl::StrCat(" on ", c.threads, c.threads == 1 ? " thread" : " threads") : "");
+  }
+
+  // The thread round: more threads can be slower (a single row, a small
+  // problem on a big machine), so the leaders (each variant's best within
+  // kThreadRoundWithin of the best, at most kThreadRoundLeaders) are
+  // measured again on 1, 2, 4, ... threads, fewer than the `cores` they
+  // ran on; a faster one is the entry's best like any other trial.
+  bool ThreadRound(int cores, double deadline_seconds) {
+    constexpr double kThreadRoundWithin = 1.5;
+    constexpr size_t kThreadRoundLeaders = 3;
+    std::map<const Kernel*, std::pair<double, size_t>> best_of;  // kernel -> (full median, candidate)
+    for (const auto& [i, ns] : full_) {
+      if (candidates_[i].threads > 0) continue;
+      const Kernel* k = candidates_[i].kernel.get();
+      if (!best_of.contains(k) || ns < best_of[k].first) best_of[k] = {ns, i};
     }
-    return (crash || timeout) && t.threads() != request_.threads;
+    std::vector<std::pair<double, size_t>> leaders;
+    for (const auto& [k, best] : best_of) leaders.push_back(best);
+    std::sort(leaders.begin(), leaders.end());
+    while (!leaders.empty() &&
+           (leaders.size() > kThreadRoundLeaders || leaders.back().first > kThreadRoundWithin * leaders[0].first)) {
+      leaders.pop_back();
+    }
+    const size_t first = candidates_.size();
+    for (const auto& [ns, i] : leaders) {
+      for (int t = 1; t < cores; t *= 2) candidates_.push_back({candidates_[i].kernel, candidates_[i].config, t});
+    }
+    for (size_t i = first; i < candidates_.size(); ++i) {
+      if (stopped() || (deadline_seconds > 0 && Elapsed() >= deadline_seconds)) return false;
+      Measure(i, request_.search.reps, /*again=*/false);
+    }
+    return true;
   }
 
   // A trial of candidate c, not yet measured.
@@ -571,6 +609,12 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   for (const auto& [i, m] : searched.raced) sweep.Record(i, m);
   bool complete = searched.complete && !sweep.stopped();
   if (complete && request.list_growth_rounds > 0) complete = sweep.GrowLists(request.search.budget_seconds);
+  // The thread round, where the sweep ran on all cores and they are many.
+  const int cores = static_cast<int>(ThisMachine().cores());
+  if (complete && request.thread_round && request.threads == 0 && request.comm == nullptr && !op.collective() &&
+      cores > 1) {
+    complete = sweep.ThreadRound(cores, request.search.budget_seconds);
+  }
   complete = complete && !sweep.stopped();
   result.candidates = sweep.size();
   result.stopped = sweep.stopped();

@@ -558,7 +558,7 @@ IsolatedRunner::Answer IsolatedRunner::Ask(const std::string& request, int64_t i
   return a;
 }
 
-Measurement IsolatedRunner::Measure(const std::string& name, const Params& params, int reps) {
+Measurement IsolatedRunner::Measure(const std::string& name, const Params& params, int reps, int threads) {
   Measurement m;
   if (!fatal_.empty()) {
     m.error = fatal_;
@@ -573,6 +573,7 @@ Measurement IsolatedRunner::Measure(const std::string& name, const Params& param
   ToPairs(params, run->mutable_params());
   run->set_reps(reps);
   run->set_verified(verified_.contains(key));
+  run->set_threads(threads);
   worker::Reply reply;
   const Answer a = Ask(Frame(request), id, &reply);
   if (!a.ok) {
@@ -779,7 +780,7 @@ int WorkerMain(int in_fd, int protocol_fd) {
       measure.reps = run.reps();
       measure.max_seconds = job->max_seconds_per_run;
       measure.verified = run.verified() || verified.contains(id);
-      measure.run.num_threads = job->threads;
+      measure.run.num_threads = run.threads() > 0 ? run.threads() : job->threads;
       measure.run.dispatch = [&](absl::string_view sub_op, const kreg_args& sub_args) {
         return sub_ops->Run(sub_op, sub_args, sub_options).status();
       };

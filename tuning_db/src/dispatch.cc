@@ -47,16 +47,25 @@ absl::StatusOr<DispatchResult> Dispatcher::Run(absl::string_view op_name, const 
       lut_.Query(op->name(), key.dtype, key.dims, machine_id_, data_class);
   if (!answer.ok()) return answer.status();
 
-  const RunOptions* run_options = &options;
+  // The thread count the answer was fastest with, if fewer than asked.
+  RunOptions with_threads;
+  const RunOptions* given = &options;
+  if (answer->threads > 0 && (options.num_threads == 0 || answer->threads < options.num_threads)) {
+    with_threads = options;
+    with_threads.num_threads = answer->threads;
+    given = &with_threads;
+  }
+  const RunOptions& opts = *given;
+  const RunOptions* run_options = &opts;
   RunOptions with_dispatch;
-  if (!options.dispatch) {
+  if (!opts.dispatch) {
     // Sub-ops of a composite op go through this Dispatcher, each with a
     // workspace of its own (the caller's is in use by the kernel that
     // dispatches).
-    with_dispatch = options;
-    with_dispatch.dispatch = [this, &options](absl::string_view sub_op, const kreg_args& sub_args) {
-      // `options` outlives the kernel's run, and so this call.
-      RunOptions sub = options;
+    with_dispatch = opts;
+    with_dispatch.dispatch = [this, &opts](absl::string_view sub_op, const kreg_args& sub_args) {
+      // `opts` outlives the kernel's run, and so this call.
+      RunOptions sub = opts;
       sub.workspace = nullptr;
       return Run(sub_op, sub_args, sub).status();
     };

@@ -282,6 +282,7 @@ struct Lut::Impl {
     answer->tuned_dims = &item.dims;
     answer->distance = distance;
     answer->trial = &item.trial;
+    answer->threads = item.trial.threads();
     answer->incomplete = item.incomplete;
     answer->machine = FindMachine(strings[keys[i].machine]);
   }

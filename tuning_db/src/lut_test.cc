@@ -803,6 +803,19 @@ TEST(Recording, WinnersFollowTheTrials) {
   EXPECT_EQ(found->median_ns(), 250);
   EXPECT_EQ(db.FindTrial(key, "radix", 2, shuffled), nullptr);  // another version
   EXPECT_EQ(db.FindTrial(Key(8, 1000, 11), "radix", 1, shuffled), nullptr);
+  // The same configuration on a chosen thread count is a trial of its own.
+  EXPECT_EQ(db.FindTrial(key, "radix", 1, shuffled, /*threads=*/1), nullptr);
+  tuning::Trial on_one = Radix(10, 240);
+  on_one.set_threads(1);
+  db.AddTrial(key, on_one);
+  EXPECT_EQ(db.FindEntry(key)->trials_size(), 5);
+  EXPECT_EQ(db.FindTrial(key, "radix", 1, shuffled)->median_ns(), 250);
+  EXPECT_EQ(db.FindTrial(key, "radix", 1, shuffled, 1)->median_ns(), 240);
+  EXPECT_EQ(db.FindEntry(key)->best().threads(), 1);
+  on_one.set_median_ns(1000);  // slower on 1 thread after all
+  db.AddTrial(key, on_one);
+  e = db.FindEntry(key);
+  EXPECT_EQ(e->best().median_ns(), 250);
   // Keys given with dims in another order match; with a default attribute
   // spelled out they are another key (a TuningDb knows no ops).
   tuning::ProblemKey reordered =

@@ -125,11 +125,15 @@ std::string ConfigId(const tuning::Config& config) {
   return absl::StrJoin(params, "\x1f");
 }
 
-std::string TrialId(absl::string_view variant, uint32_t version, const tuning::Config& config) {
-  return absl::StrCat(variant, "\x1d", version, "\x1d", ConfigId(config));
+// A trial measured with a chosen thread count (threads > 0) is another
+// trial than the same configuration on all cores.
+std::string TrialId(absl::string_view variant, uint32_t version, const tuning::Config& config, int threads) {
+  std::string id = absl::StrCat(variant, "\x1d", version, "\x1d", ConfigId(config));
+  if (threads > 0) absl::StrAppend(&id, "\x1d", threads);
+  return id;
 }
 std::string TrialId(const Trial& t) {
-  return TrialId(t.variant(), t.variant_version(), t.config());
+  return TrialId(t.variant(), t.variant_version(), t.config(), t.threads());
 }
 
 // Every string field of `m`, recursively, made valid UTF-8 (proto3 refuses
@@ -174,7 +178,8 @@ std::string Duration(double ns) {
 // "radix v1 first_bits=11 round_bits=8 capacity=4096"
 std::string WinnerText(const Trial& t) {
   std::string params = ConfigText(t.config());
-  return absl::StrCat(t.variant(), " v", t.variant_version(), params.empty() ? "" : " ", params);
+  return absl::StrCat(t.variant(), " v", t.variant_version(), params.empty() ? "" : " ", params,
+                      t.threads() > 0 ? absl::StrCat(" threads=", t.threads()) : "");
 }
 
 class FirstError : public google::protobuf::io::ErrorCollector {
@@ -772,11 +777,11 @@ const tuning::Entry* TuningDb::FindEntry(const tuning::ProblemKey& key) const {
 }
 
 const Trial* TuningDb::FindTrial(const tuning::ProblemKey& key, absl::string_view variant,
-                                 uint32_t variant_version, const tuning::Config& config) const {
+                                 uint32_t variant_version, const tuning::Config& config, int threads) const {
   int i = FindEntryIndex(key);
   if (i < 0) return nullptr;
   const EntryIndex& index = index_[i];
-  auto it = index.trials.find(TrialId(variant, variant_version, config));
+  auto it = index.trials.find(TrialId(variant, variant_version, config, threads));
   return it == index.trials.end() ? nullptr : &db_.entries(i).trials(it->second);
 }
 

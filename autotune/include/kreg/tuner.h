@@ -64,6 +64,10 @@ struct TuneRequest {
   int list_growth_rounds = 4;  // then up to this many rounds extending the best lists by one
   int warmup = 2;
   int threads = 0;          // per kernel run; 0: all cores
+  // With threads 0: measure the leaders again on 1, 2, 4, ... threads, fewer
+  // than the cores (each a trial of its own, the thread count recorded), so
+  // a kernel that runs faster on fewer threads is chosen with them.
+  bool thread_round = true;
   double timeout_seconds = 30;  // one candidate's measurement (or one legality batch)
   double max_seconds_per_candidate = 5;
   // Collective ops: the number of thread ranks every candidate runs on

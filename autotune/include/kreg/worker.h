@@ -109,7 +109,8 @@ absl::StatusOr<std::vector<std::string>> FindWorker();
 class CandidateRunner {
  public:
   virtual ~CandidateRunner() = default;
-  virtual Measurement Measure(const std::string& name, const Params& params, int reps) = 0;
+  // `threads`: per kernel run, 0 for the job's.
+  virtual Measurement Measure(const std::string& name, const Params& params, int reps, int threads) = 0;
   virtual std::vector<Legality> CheckLegal(const std::string& name, const std::vector<Params>& configs) = 0;
 };
 
@@ -127,7 +128,7 @@ class IsolatedRunner : public CandidateRunner {
   // throws or crashes: failures come back as the Measurement's status. A
   // worker that cannot even set the problem up gives kError for every
   // candidate, with its reason.
-  Measurement Measure(const std::string& name, const Params& params, int reps) override;
+  Measurement Measure(const std::string& name, const Params& params, int reps, int threads = 0) override;
 
   // Whether each of `configs` of kernel `name` is legal for the job's
   // problem, asked of the worker in one request: Kernel::Check against the

@@ -186,8 +186,9 @@ class TuningDb {
                      absl::string_view strategy, int64_t tuned_at, bool complete = true);
   // The recorded trial of (variant, version, config) for `key`, or nullptr:
   // what a resumed sweep skips. Valid until this database is next modified.
+  // `threads`: the trial's chosen thread count (0: all cores).
   const tuning::Trial* FindTrial(const tuning::ProblemKey& key, absl::string_view variant,
-                                 uint32_t variant_version, const tuning::Config& config) const;
+                                 uint32_t variant_version, const tuning::Config& config, int threads = 0) const;
   // The entry for `key`, or nullptr. Valid until this database is modified.
   const tuning::Entry* FindEntry(const tuning::ProblemKey& key) const;
   // Removes trials whose variant is registered in `registry` with another
@@ -307,6 +308,10 @@ struct LutAnswer {
   double distance = 0;
   // The winning measurement (median, spread); nullptr for default.
   const tuning::Trial* trial = nullptr;
+  // The thread count the answer was measured fastest with (the tuner tries
+  // fewer threads than cores for its leaders); 0: all cores. Run it with
+  // no more than this many (Dispatcher::Run does).
+  int threads = 0;
   // The machine whose measurement answered (exact, nearest, similar), when
   // the table records it; nullptr otherwise.
   const tuning::Machine* machine = nullptr;
