@@ -166,6 +166,9 @@ TEST(TuneTest, TheLeadersAreTriedOnFewerThreads) {
   }
   EXPECT_FALSE(on_one.empty());
   EXPECT_TRUE(on_one.contains(e.best().variant()) || e.best().threads() == 1) << e.DebugString();
+  // Asked for one thread: the fastest measurement on one.
+  r = Kreg("query topk --dims batch=4,n=3000,k=32 --threads 1 --no-shipped --db " + db);
+  EXPECT_THAT(r.out, HasSubstr("on 1 thread]")) << r.out;
   // A table whose best ran on 1 thread: query says so, run runs it so.
   tuning::Database forced = table->proto();
   for (tuning::Trial& t : *forced.mutable_entries(0)->mutable_trials()) {

@@ -283,7 +283,8 @@ absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpe
   absl::StatusOr<std::string> data_class = DataClassOf(flags, spec, args);
   if (!data_class.ok()) return data_class.status();
   const std::string machine = ThisMachine().id();
-  absl::StatusOr<LutAnswer> a = lut->Query(spec.op->name(), key.dtype, key.dims, machine, *data_class);
+  absl::StatusOr<LutAnswer> a =
+      lut->Query(spec.op->name(), key.dtype, key.dims, machine, *data_class, ThreadsAvailable(flags.threads));
   if (!a.ok()) return a.status();
   for (const std::string& w : a->warnings) Warn(flags, w);
   absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry.Get(a->kernel->name());

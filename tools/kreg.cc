@@ -705,6 +705,11 @@ void AddGenerate(CLI::App* c, Flags& f) {
       ->capture_default_str();
   c->add_option("--seed", f.seed, "random seed")->option_text("N")->capture_default_str()->check(Number(0, true));
 }
+void AddThreads(CLI::App* c, Flags& f, const std::string& help) {
+  // oneTBB fails outright on absurd counts; 1024 is well past any machine
+  // kreg tunes for (oversubscribing a small one stays possible).
+  c->add_option("--threads", f.threads, help)->option_text("N")->capture_default_str()->check(Number(0, true, true, 1024));
+}
 void AddMeasure(CLI::App* c, Flags& f) {
   c->add_option("--warmup", f.warmup, "untimed runs before timing")
       ->option_text("N")
@@ -714,12 +719,7 @@ void AddMeasure(CLI::App* c, Flags& f) {
       ->option_text("N")
       ->capture_default_str()
       ->check(Number(1, true));
-  // oneTBB fails outright on absurd counts; 1024 is well past any machine
-  // kreg tunes for (oversubscribing a small one stays possible).
-  c->add_option("--threads", f.threads, "threads per kernel run (0: all cores; at most 1024)")
-      ->option_text("N")
-      ->capture_default_str()
-      ->check(Number(0, true, true, 1024));
+  AddThreads(c, f, "threads per kernel run (0: all cores; at most 1024)");
 }
 void AddComm(CLI::App* c, Flags& f) {
   c->add_option("--ranks", f.ranks, "collective ops: run on N ranks, threads of this process")
@@ -904,6 +904,7 @@ int Main(int argc, char** argv) {
   AddDtype(query, f);
   AddWith(query, f);
   AddDist(query, f);
+  AddThreads(query, f, "the threads the caller will run with (0: all cores): an entry measured on several thread counts answers with its fastest on no more");
   AddDataClass(query, f, "the data class to ask for (default: dist=NAME for a --dist other than normal)");
   AddComm(query, f);
   query->add_option("--nodes", f.nodes, "with --backend mpi: the nodes of the job to ask for (kreg run and tune "

@@ -325,7 +325,8 @@ absl::Status Query(const Flags& flags) {
     const OpKey key = spec->op->KeyOf(*shape.args());
     absl::StatusOr<std::string> data_class = DataClassOf(flags, *spec, *shape.args());
     if (!data_class.ok()) return data_class.status();
-    absl::StatusOr<LutAnswer> a = lut->Query(spec->op->name(), key.dtype, key.dims, machine, *data_class);
+    absl::StatusOr<LutAnswer> a =
+        lut->Query(spec->op->name(), key.dtype, key.dims, machine, *data_class, ThreadsAvailable(flags.threads));
     if (!a.ok()) return a.status();
     for (const std::string& w : a->warnings) Warn(flags, w);
     if (flags.json) {

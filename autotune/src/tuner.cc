@@ -280,8 +280,8 @@ class Sweep {
            (t.signal() == SIGKILL || t.signal() == SIGTERM || t.signal() == SIGINT || t.signal() == SIGHUP);
   }
 
-  // The thread count candidate c runs with (0: all cores).
-  int Threads(const Candidate& c) const { return c.threads > 0 ? c.threads : request_.threads; }
+  // The thread count candidate c runs with (0: all cores), as recorded.
+  int Threads(const Candidate& c) const { return ThreadsAvailable(c.threads > 0 ? c.threads : request_.threads); }
   static std::string Name(const Candidate& c) {
     const std::string config = c.kernel->ConfigString(c.config);
     return absl::StrCat(c.kernel->name(), config.empty() ? "" : " ", config,
@@ -609,8 +609,10 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   for (const auto& [i, m] : searched.raced) sweep.Record(i, m);
   bool complete = searched.complete && !sweep.stopped();
   if (complete && request.list_growth_rounds > 0) complete = sweep.GrowLists(request.search.budget_seconds);
-  // The thread round, where the sweep ran on all cores and they are many.
-  const int cores = static_cast<int>(ThisMachine().cores());
+  // The thread round, where the sweep ran on every core it may use and
+  // they are several.
+  const int available = ThreadsAvailable(0);
+  const int cores = available > 0 ? available : static_cast<int>(ThisMachine().cores());
   if (complete && request.thread_round && request.threads == 0 && request.comm == nullptr && !op.collective() &&
       cores > 1) {
     complete = sweep.ThreadRound(cores, request.search.budget_seconds);

@@ -44,7 +44,7 @@ absl::StatusOr<DispatchResult> Dispatcher::Run(absl::string_view op_name, const 
     data_class = *std::move(asked);
   }
   absl::StatusOr<LutAnswer> answer =
-      lut_.Query(op->name(), key.dtype, key.dims, machine_id_, data_class);
+      lut_.Query(op->name(), key.dtype, key.dims, machine_id_, data_class, ThreadsAvailable(options.num_threads));
   if (!answer.ok()) return answer.status();
 
   // The thread count the answer was fastest with, if fewer than asked.

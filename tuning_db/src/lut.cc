@@ -203,6 +203,15 @@ struct Lut::Impl {
     bool incomplete = false;  // its sweep was cut short
     std::string problem;
     std::string note;  // a measured default's provenance
+    // When the entry holds measurements on chosen thread counts: the
+    // fastest usable one on each thread count (0: all cores), fastest first.
+    struct OnThreads {
+      int threads;
+      const Kernel* kernel;
+      Config config;
+      tuning::Trial trial;
+    };
+    std::vector<OnThreads> on_threads;
   };
   // An entry's key, compact for the exact path: strings interned in
   // `strings`, dims in `dim_names` / `dim_values` [dims_begin, +dims_count).
@@ -273,8 +282,9 @@ struct Lut::Impl {
     auto it = machines.find(id);
     return it == machines.end() ? nullptr : &it->second;
   }
-  // Points `answer` at `item`.
-  void Fill(uint32_t i, Match match, float distance, LutAnswer* answer) const {
+  // Points `answer` at `item`: its fastest measurement, or with `threads`
+  // (> 0) fewer than its machine's cores, its fastest on no more.
+  void Fill(uint32_t i, Match match, float distance, int threads, LutAnswer* answer) const {
     const Item& item = items[i];
     answer->kernel = item.kernel;
     answer->config = &item.config;
@@ -285,6 +295,16 @@ struct Lut::Impl {
     answer->threads = item.trial.threads();
     answer->incomplete = item.incomplete;
     answer->machine = FindMachine(strings[keys[i].machine]);
+    const int cores = answer->machine != nullptr ? static_cast<int>(answer->machine->cores()) : 0;
+    if (threads <= 0 || cores <= threads) return;
+    for (const Item::OnThreads& on : item.on_threads) {
+      if ((on.threads > 0 ? on.threads : cores) > threads) continue;
+      answer->kernel = on.kernel;
+      answer->config = &on.config;
+      answer->trial = &on.trial;
+      answer->threads = on.threads;
+      return;
+    }
   }
   // The entry of `machine` for exactly this problem, if it can answer;
   // else kNone, with an entry that cannot reported in answer->warnings and
@@ -788,8 +808,18 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry, con
       impl->warnings.push_back(absl::StrCat(item.key_text, ": ", own_shape.message(), "; entry skipped"));
     }
     std::string stale;  // the fastest trial's staleness, if it was
-    for (size_t i = 0; i < trials.size() && item.kernel == nullptr; ++i) {
+    // Thread counts measured (past the fastest, looked for only when the
+    // entry has measurements on chosen thread counts).
+    absl::flat_hash_set<int> counts;
+    for (const tuning::Trial* t : trials) counts.insert(t->threads());
+    if (counts.size() == 1) counts.clear();
+    for (size_t i = 0; i < trials.size() && (item.kernel == nullptr || item.on_threads.size() < counts.size()); ++i) {
       const tuning::Trial& t = *trials[i];
+      if (item.kernel != nullptr &&
+          std::any_of(item.on_threads.begin(), item.on_threads.end(),
+                      [&](const Impl::Item::OnThreads& on) { return on.threads == t.threads(); })) {
+        continue;  // a faster one on this thread count answers already
+      }
       std::string name = absl::StrCat(op_name, "/", t.variant());
       std::string problem;
       auto it = by_name.find(name);
@@ -808,11 +838,14 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry, con
       } else {
         absl::StatusOr<Config> config = FromProtoConfig(*it->second, t.config());
         absl::Status legal = config.ok() ? Legal(*it->second, *config, own) : config.status();
-        if (legal.ok()) {
+        if (legal.ok() && item.kernel == nullptr) {
           item.kernel = it->second.get();
-          item.config = *std::move(config);
+          item.config = *config;
           item.trial = t;
-        } else {
+        }
+        if (legal.ok() && !counts.empty()) {
+          item.on_threads.push_back({t.threads(), it->second.get(), *std::move(config), t});
+        } else if (!legal.ok()) {
           problem = absl::StrCat(item.key_text, ": ", name, " ", ConfigText(t.config()), ": ",
                                  legal.message());
         }
@@ -991,7 +1024,7 @@ std::string Lut::Impl::WhyDefault(absl::string_view op_name, absl::string_view d
 
 absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_view dtype,
                                      const Dims& dims, absl::string_view machine_id,
-                                     absl::string_view data_class) const {
+                                     absl::string_view data_class, int threads) const {
   const Impl& impl = *impl_;
   const Impl::OpEntry* op_entry = impl.FindOp(op_name);
   if (op_entry == nullptr) {
@@ -1006,7 +1039,7 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_vie
   uint32_t unusable = kNone;
   if (uint32_t i = impl.FindExact(op_name, dtype, machine_id, data_class, dims, op, digest, &answer, &unusable);
       i != kNone) {
-    impl.Fill(i, Match::kExact, 0, &answer);
+    impl.Fill(i, Match::kExact, 0, threads, &answer);
     return answer;
   }
 
@@ -1027,7 +1060,7 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_vie
   if (auto [i, distance] =
           impl.FindNearest(op_name, dtype, machine_id, data_class, dims, op, digest, shape, unusable, &answer);
       i != kNone) {
-    impl.Fill(i, Match::kNearest, distance, &answer);
+    impl.Fill(i, Match::kNearest, distance, threads, &answer);
     return answer;
   }
 
@@ -1043,7 +1076,7 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_vie
               impl.FindNearest(op_name, dtype, other, data_class, dims, op, digest, shape, skip, &answer);
         }
         if (i != kNone) {
-          impl.Fill(i, Match::kSimilar, distance, &answer);
+          impl.Fill(i, Match::kSimilar, distance, threads, &answer);
           return answer;
         }
       }
@@ -1085,7 +1118,7 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_vie
                                                shape, skip, &answer);
     }
     if (i != kNone) {
-      impl.Fill(i, Match::kDefault, distance, &answer);
+      impl.Fill(i, Match::kDefault, distance, threads, &answer);
       answer.trial = nullptr;  // measured elsewhere
       answer.incomplete = false;
       absl::StrAppend(&answer.why, "; measured default: ", impl.items[i].note);

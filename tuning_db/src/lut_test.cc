@@ -943,6 +943,40 @@ TEST_F(Query, AnswersSayWhenTheirSweepWasCutShort) {
   EXPECT_FALSE(a->incomplete);
 }
 
+// An entry measured on several thread counts answers a caller with fewer
+// threads than its machine's cores with its fastest on no more than those.
+TEST_F(Query, FewerThreadsGetTheFastestMeasurementOnNoMore) {
+  TuningDb db;
+  tuning::Machine machine;
+  machine.set_id(kMachine);
+  machine.set_cores(8);
+  db.AddMachine(machine);
+  db.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 100));  // all 8 cores
+  tuning::Trial on_four = Sort("nth_element", 150);
+  on_four.set_threads(4);
+  db.AddTrial(Key(8, 1000, 10), on_four);
+  tuning::Trial on_one = Sort("partial_sort", 400);
+  on_one.set_threads(1);
+  db.AddTrial(Key(8, 1000, 10), on_one);
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+  const Dims dims = {{"batch", 8}, {"n", 1000}, {"k", 10}};
+  for (const auto& [threads, config, on, median] :
+       std::vector<std::tuple<int, std::string, int, double>>{{0, "method=partial_sort", 0, 100},
+                                                              {8, "method=partial_sort", 0, 100},
+                                                              {6, "method=nth_element", 4, 150},
+                                                              {4, "method=nth_element", 4, 150},
+                                                              {2, "method=partial_sort", 1, 400},
+                                                              {1, "method=partial_sort", 1, 400}}) {
+    absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", dims, kMachine, "", threads);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->match, Match::kExact);
+    EXPECT_EQ(a->kernel->ConfigString(*a->config), config) << threads << " threads";
+    EXPECT_EQ(a->threads, on) << threads << " threads";
+    EXPECT_EQ(a->trial->median_ns(), median) << threads << " threads";
+  }
+}
+
 TEST_F(Query, ExactLookupAllocatesNothing) {
   TuningDb db;
   for (int i = 0; i < 100; ++i) db.AddTrial(Key(8, 1000 + i, 10), Sort("nth_element", 200));

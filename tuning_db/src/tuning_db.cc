@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include <sched.h>
 #include <sys/utsname.h>
 
 #include "absl/strings/ascii.h"
@@ -258,6 +259,16 @@ std::string FingerprintId(const tuning::Machine& machine) {
                     machine.model());
   }
   return absl::StrFormat("%016x", Fnv1a(text));
+}
+
+int ThreadsAvailable(int num_threads) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  const int cores = static_cast<int>(ThisMachine().cores());
+  if (cpus <= 0 || cpus > cores) cpus = cores;
+  const int threads = num_threads > 0 ? std::min(num_threads, cpus) : cpus;
+  return threads >= cores ? 0 : threads;
 }
 
 const tuning::Machine& ThisMachine() {

@@ -61,6 +61,12 @@ inline constexpr uint32_t kSchemaVersion = 2;
 // KREG_ISA_MASK), logical cores, and their fingerprint id. Computed once.
 const tuning::Machine& ThisMachine();
 
+// The threads a run asking for `num_threads` (0: as many as it may) gets:
+// no more than the CPUs this process may run on (its affinity mask, which
+// taskset and container limits narrow), and 0 when that is every core of
+// ThisMachine() (what a measurement on all cores records).
+int ThreadsAvailable(int num_threads);
+
 // The stable id of a machine's fields (see Machine.id in the schema).
 std::string FingerprintId(const tuning::Machine& machine);
 
@@ -378,9 +384,16 @@ class Lut {
   // Legality is the kernel's Check on shape-only arguments the op builds
   // (Op::MakeShapeArgs: tensors with the asked shapes and dtypes whose data
   // must not be read).
+  //
+  // `threads`: how many threads the caller will run with (0: all cores).
+  // An entry holds measurements on several thread counts (the thread
+  // round, or sweeps with --threads); with fewer threads than the cores of
+  // the machine an entry was measured on, it answers with its fastest
+  // measurement on no more than `threads` (one on all cores counts as that
+  // machine's cores), or, with none, its fastest.
   absl::StatusOr<LutAnswer> Query(absl::string_view op, absl::string_view dtype, const Dims& dims,
-                                  absl::string_view machine_id,
-                                  absl::string_view data_class = {}) const;
+                                  absl::string_view machine_id, absl::string_view data_class = {},
+                                  int threads = 0) const;
 
   // Found while building, one line each: stale entries, entries whose key
   // the op does not take (an unknown dtype signature or dim), and ops the
