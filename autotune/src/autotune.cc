@@ -73,6 +73,23 @@ absl::string_view StrategyName(Strategy strategy) {
   return "?";
 }
 
+Measurement CombinePasses(const std::vector<Measurement>& passes) {
+  Measurement combined = passes.front();
+  std::vector<double> medians;
+  for (const Measurement& m : passes) {
+    if (!m.ok()) return m;
+    medians.push_back(m.median_ns);
+    combined.min_ns = std::min(combined.min_ns, m.min_ns);
+    combined.max_ns = std::max(combined.max_ns, m.max_ns);
+  }
+  std::sort(medians.begin(), medians.end());
+  const size_t h = medians.size() / 2;
+  combined.median_ns = medians.size() % 2 == 1 ? medians[h] : (medians[h - 1] + medians[h]) / 2;
+  combined.reps = 0;
+  for (const Measurement& m : passes) combined.reps += m.reps;
+  return combined;
+}
+
 SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& options) {
   SearchResult result;
   const auto start = Clock::now();
@@ -170,25 +187,7 @@ SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& opt
       }
       for (size_t l = 0; l < leaders.size(); ++l) {
         if (passes[l].empty()) continue;
-        Measurement combined = passes[l].front();
-        std::vector<double> medians;
-        for (const Measurement& m : passes[l]) {
-          if (!m.ok()) {
-            combined = m;  // a failure in any pass is the result
-            break;
-          }
-          medians.push_back(m.median_ns);
-          combined.min_ns = std::min(combined.min_ns, m.min_ns);
-          combined.max_ns = std::max(combined.max_ns, m.max_ns);
-        }
-        if (combined.ok()) {
-          std::sort(medians.begin(), medians.end());
-          combined.median_ns = medians.size() % 2 == 1
-                                   ? medians[medians.size() / 2]
-                                   : (medians[medians.size() / 2 - 1] + medians[medians.size() / 2]) / 2;
-          combined.reps = 0;
-          for (const Measurement& m : passes[l]) combined.reps += m.reps;
-        }
+        Measurement combined = CombinePasses(passes[l]);
         last[leaders[l]] = combined;
         result.raced.emplace_back(leaders[l], std::move(combined));
       }

@@ -292,7 +292,10 @@ class Sweep {
   // problem on a big machine), so the leaders (each variant's best within
   // kThreadRoundWithin of the best, at most kThreadRoundLeaders) are
   // measured again on 1, 2, 4, ... threads, fewer than the `cores` they
-  // ran on; a faster one is the entry's best like any other trial.
+  // ran on; a faster one is the entry's best like any other trial. Each
+  // leader and its fewer-thread copies race (as the search's leaders do):
+  // race_passes + 1 passes, interleaved in alternating order, so a core
+  // another tenant holds for a while slows them all alike.
   bool ThreadRound(int cores, double deadline_seconds) {
     constexpr double kThreadRoundWithin = 1.5;
     constexpr size_t kThreadRoundLeaders = 3;
@@ -309,13 +312,25 @@ class Sweep {
            (leaders.size() > kThreadRoundLeaders || leaders.back().first > kThreadRoundWithin * leaders[0].first)) {
       leaders.pop_back();
     }
-    const size_t first = candidates_.size();
     for (const auto& [ns, i] : leaders) {
-      for (int t = 1; t < cores; t *= 2) candidates_.push_back({candidates_[i].kernel, candidates_[i].config, t});
-    }
-    for (size_t i = first; i < candidates_.size(); ++i) {
-      if (stopped() || (deadline_seconds > 0 && Elapsed() >= deadline_seconds)) return false;
-      Measure(i, request_.search.reps, /*again=*/false);
+      std::vector<size_t> group = {i};
+      for (int t = 1; t < cores; t *= 2) {
+        group.push_back(candidates_.size());
+        candidates_.push_back({candidates_[i].kernel, candidates_[i].config, t});
+      }
+      std::vector<std::vector<Measurement>> passes(group.size());
+      for (int pass = 0; pass <= request_.search.race_passes; ++pass) {
+        for (size_t step = 0; step < group.size(); ++step) {
+          if (stopped() || (deadline_seconds > 0 && Elapsed() >= deadline_seconds)) return false;
+          const size_t l = pass % 2 == 0 ? group.size() - 1 - step : step;
+          if (!passes[l].empty() && !passes[l].back().ok()) continue;
+          passes[l].push_back(Measure(group[l], request_.search.reps, /*again=*/true));
+        }
+      }
+      for (size_t l = 0; l < group.size(); ++l) {
+        const Measurement combined = CombinePasses(passes[l]);
+        if (combined.status != TrialStatus::kError) Record(group[l], combined);  // as Measure keeps them
+      }
     }
     return true;
   }

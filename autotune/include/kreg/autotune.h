@@ -103,6 +103,11 @@ struct SearchResult {
 // them alike; the winner has the least median of its passes' medians.
 SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& options);
 
+// One candidate's race passes as one measurement: the median of their
+// medians, the least min and greatest max, the repetitions summed; a
+// failure in any pass is the result. `passes` is not empty.
+Measurement CombinePasses(const std::vector<Measurement>& passes);
+
 }  // namespace kreg
 
 #endif  // KREG_AUTOTUNE_AUTOTUNE_H_
