@@ -29,6 +29,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -39,6 +40,15 @@ namespace {
 
 constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 constexpr size_t kCandidates = 8;  // nearest candidates kept per search pass
+// A nearest answer weighs the kCandidates nearest entries' winners by how
+// each fared at every one of them (Consensus): the fastest kRankedTrials
+// trials of each entry, and each variant's fastest, are kept for it.
+constexpr size_t kRankedTrials = 32;
+// What a winner not measured at a neighbour (nor its variant) is taken to
+// lose there: log2 of a 2x slowdown; a variant measured there with another
+// configuration, its fastest there times kOtherConfig.
+constexpr float kUnmeasuredLog2 = 1.0f;
+constexpr float kOtherConfigLog2 = 0.1375f;  // log2(1.1)
 constexpr size_t kLeafSize = 32;   // k-d tree leaves hold at most this many entries
 
 // ---- Shape-only arguments ---------------------------------------------------
@@ -212,6 +222,12 @@ struct Lut::Impl {
       tuning::Trial trial;
     };
     std::vector<OnThreads> on_threads;
+    // For Consensus: log2(median / the fastest's) of the entry's fastest
+    // kRankedTrials trials by hash of their TrialId, sorted; of each
+    // variant's fastest, by variant.
+    std::vector<std::pair<uint64_t, float>> ranked;
+    std::vector<std::pair<std::string, float>> variants;
+    uint64_t trial_hash = 0;  // of `trial`
   };
   // An entry's key, compact for the exact path: strings interned in
   // `strings`, dims in `dim_names` / `dim_values` [dims_begin, +dims_count).
@@ -437,6 +453,59 @@ struct Lut::Impl {
   // `d` per item, permuted along with g->items). Returns the node.
   static int32_t BuildTree(Group* g, std::vector<float>& coords, size_t d, uint32_t begin,
                            uint32_t end, int depth);
+
+  // Neighbours can disagree, and the nearest entry's winner can be slow a
+  // step away. Among the winners of the kCandidates nearest entries that
+  // are legal here, the one least slower than each neighbour's fastest, as
+  // that neighbour measured it (log2 of the ratio; kOtherConfigLog2 more
+  // than its variant's fastest there when not that configuration;
+  // kUnmeasuredLog2 when not the variant), weighted by nearness (1 / (d +
+  // 1/4)^3 for an L1 distance d in log2 dims: a neighbour twice as far
+  // counts about an eighth as much). Ties go to the nearer; the
+  // nearest usable entry, `nearest`, answers when it is not among them.
+  std::pair<uint32_t, float> Consensus(const Group& group, const float* q, const ShapeArgs& shape, uint32_t skip,
+                                       std::pair<uint32_t, float> nearest) const {
+    Best best(kCandidates);
+    Nearest(group, q, &best);
+    auto usable = [&](uint32_t i) { return i != skip && items[i].kernel != nullptr; };
+    size_t neighbours = 0;
+    bool has_nearest = false;
+    for (size_t b = 0; b < best.n; ++b) {
+      neighbours += usable(best.c[b].item);
+      has_nearest = has_nearest || best.c[b].item == nearest.first;
+    }
+    if (neighbours < 2 || !has_nearest) return nearest;
+    std::pair<uint32_t, float> chosen = nearest;
+    float least = std::numeric_limits<float>::infinity();
+    for (size_t a = 0; a < best.n; ++a) {
+      const uint32_t j = best.c[a].item;
+      if (!usable(j)) continue;
+      const Item& winner = items[j];
+      if (j != nearest.first && !Legal(*winner.kernel, winner.config, shape).ok()) continue;
+      float sum = 0, weights = 0;
+      for (size_t b = 0; b < best.n; ++b) {
+        if (!usable(best.c[b].item)) continue;
+        const float r = best.c[b].dist + 0.25f;
+        const float w = 1.0f / (r * r * r);
+        sum += w * SlowerAt(items[best.c[b].item], winner);
+        weights += w;
+      }
+      if (sum / weights < least - 1e-6f) {
+        least = sum / weights;
+        chosen = {j, best.c[a].dist};
+      }
+    }
+    return chosen;
+  }
+  static float SlowerAt(const Item& at, const Item& winner) {
+    auto it = std::lower_bound(at.ranked.begin(), at.ranked.end(),
+                               std::make_pair(winner.trial_hash, -std::numeric_limits<float>::infinity()));
+    if (it != at.ranked.end() && it->first == winner.trial_hash) return it->second;
+    for (const auto& [variant, slower] : at.variants) {
+      if (variant == winner.trial.variant()) return slower + kOtherConfigLog2;
+    }
+    return kUnmeasuredLog2;
+  }
 
   // Every item of `group` by distance from `q`.
   std::vector<Candidate> All(const Group& group, const float* q) const {
@@ -853,6 +922,17 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry, con
       if (item.problem.empty()) item.problem = std::move(problem);
     }
     if (item.kernel != nullptr) {
+      item.trial_hash = absl::HashOf(TrialId(item.trial));
+      const double fastest = trials.front()->median_ns();
+      for (const tuning::Trial* t : trials) {
+        const float slower = static_cast<float>(std::log2(std::max(1.0, t->median_ns() / std::max(fastest, 1e-9))));
+        if (item.ranked.size() < kRankedTrials) item.ranked.emplace_back(absl::HashOf(TrialId(*t)), slower);
+        if (std::none_of(item.variants.begin(), item.variants.end(),
+                         [&](const auto& v) { return v.first == t->variant(); })) {
+          item.variants.emplace_back(t->variant(), slower);
+        }
+      }
+      std::sort(item.ranked.begin(), item.ranked.end());
       item.problem.clear();
       ++impl->usable;
       if (!stale.empty()) {
@@ -993,7 +1073,7 @@ std::pair<uint32_t, float> Lut::Impl::FindNearest(absl::string_view op_name, abs
                                                 " is not legal here: ", s.message()));
         continue;
       }
-      return {i, candidates[c].dist};
+      return Consensus(*group, q.data(), shape, skip, {i, candidates[c].dist});
     }
   }
   return {kNone, 0};

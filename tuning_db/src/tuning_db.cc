@@ -133,7 +133,7 @@ std::string TrialId(absl::string_view variant, uint32_t version, const tuning::C
   if (threads > 0) absl::StrAppend(&id, "\x1d", threads);
   return id;
 }
-std::string TrialId(const Trial& t) {
+std::string TrialIdOf(const Trial& t) {
   return TrialId(t.variant(), t.variant_version(), t.config(), t.threads());
 }
 
@@ -260,6 +260,8 @@ std::string FingerprintId(const tuning::Machine& machine) {
   }
   return absl::StrFormat("%016x", Fnv1a(text));
 }
+
+std::string TrialId(const tuning::Trial& trial) { return TrialIdOf(trial); }
 
 int ThreadsAvailable(int num_threads) {
   cpu_set_t set;
@@ -700,7 +702,7 @@ void TuningDb::SetTuningInfo(const tuning::ProblemKey& key, absl::string_view to
 void TuningDb::PutTrial(int entry, const Trial& trial, bool keep_newer) {
   tuning::Entry& e = *db_.mutable_entries(entry);
   EntryIndex& index = index_[entry];
-  std::string id = TrialId(trial);
+  std::string id = TrialIdOf(trial);
   auto [it, added] = index.trials.try_emplace(id, e.trials_size());
   const int i = it->second;
   if (added) {
@@ -773,7 +775,7 @@ void TuningDb::Reindex() {
     const tuning::Entry& e = db_.entries(i);
     entries_.emplace(KeyId(e.key()), i);
     for (int j = 0; j < e.trials_size(); ++j) {
-      std::string id = TrialId(e.trials(j));
+      std::string id = TrialIdOf(e.trials(j));
       index_[i].trials.emplace(id, j);
       index_[i].ids.push_back(std::move(id));
     }
@@ -865,8 +867,8 @@ std::string TuningDb::Diff(const TuningDb& a, const TuningDb& b) {
       continue;
     }
     const tuning::Entry& eb = *found;
-    std::string wa = ea.has_best() ? TrialId(ea.best()) : "";
-    std::string wb = eb.has_best() ? TrialId(eb.best()) : "";
+    std::string wa = ea.has_best() ? TrialIdOf(ea.best()) : "";
+    std::string wb = eb.has_best() ? TrialIdOf(eb.best()) : "";
     if (wa != wb) {
       lines.push_back(absl::StrCat("differs: ", KeyString(ea.key()),
                                    ": a=", ea.has_best() ? WinnerText(ea.best()) : "none",

@@ -108,6 +108,10 @@ tuning::ProblemKey MakeProblemKey(absl::string_view op, const OpKey& key,
 
 Dims KeyDims(const tuning::ProblemKey& key);
 
+// A trial's identity within its entry (not for display): variant, version,
+// configuration (params in any order) and chosen thread count.
+std::string TrialId(const tuning::Trial& trial);
+
 // "topk f32 batch=8,n=1000,k=10 @0123456789abcdef", with " [dist=ties]"
 // before the "@" when the key has a data class.
 std::string KeyString(const tuning::ProblemKey& key);
