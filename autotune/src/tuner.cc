@@ -252,7 +252,7 @@ class Sweep {
     Checkpoint();
   }
 
-  // Stamps how the entry is tuned (complete or not), and checkpoints.
+  // Stamps how the entry is tuned (complete or not).
   void SetTuningInfo(bool complete) {
     db_->SetTuningInfo(key_, ToolVersion(), StrategyName(request_.search.strategy), std::time(nullptr), complete);
     Publish(nullptr);
