@@ -467,11 +467,11 @@ struct Lut::Impl {
                                        std::pair<uint32_t, float> nearest) const {
     Best best(kCandidates);
     Nearest(group, q, &best);
-    auto usable = [&](uint32_t i) { return i != skip && items[i].kernel != nullptr; };
+    auto answers = [&](uint32_t i) { return i != skip && items[i].kernel != nullptr; };
     size_t neighbours = 0;
     bool has_nearest = false;
     for (size_t b = 0; b < best.n; ++b) {
-      neighbours += usable(best.c[b].item);
+      neighbours += answers(best.c[b].item);
       has_nearest = has_nearest || best.c[b].item == nearest.first;
     }
     if (neighbours < 2 || !has_nearest) return nearest;
@@ -479,12 +479,12 @@ struct Lut::Impl {
     float least = std::numeric_limits<float>::infinity();
     for (size_t a = 0; a < best.n; ++a) {
       const uint32_t j = best.c[a].item;
-      if (!usable(j)) continue;
+      if (!answers(j)) continue;
       const Item& winner = items[j];
       if (j != nearest.first && !Legal(*winner.kernel, winner.config, shape).ok()) continue;
       float sum = 0, weights = 0;
       for (size_t b = 0; b < best.n; ++b) {
-        if (!usable(best.c[b].item)) continue;
+        if (!answers(best.c[b].item)) continue;
         const float r = best.c[b].dist + 0.25f;
         const float w = 1.0f / (r * r * r);
         sum += w * SlowerAt(items[best.c[b].item], winner);
