@@ -22,7 +22,7 @@ rm -f "$db" "$db.one" "$db.lock" "$db.one.lock"
 
 # 1.
 "$mpiexec" -n 2 "$kreg" $tune $one : -n 1 env KREG_ISA_MASK=fma "$kreg" $tune $one > "$out" 2>&1 || fail "split run"
-grep -q "on ranks 0,1 (.*avx2" "$out" || fail "ranks 0 and 1 did not share the problem"
+grep -q "on ranks 0,1 (" "$out" || fail "ranks 0 and 1 did not share the problem"
 grep -q "on rank 2 (.*, sse," "$out" || fail "rank 2 did not tune for its own machine"
 "$kreg" tune topk $one --strategy exhaustive --reps 3 --list-growth-rounds 0 --no-thread-round --db "$db.one" > /dev/null 2>&1
 here=$("$kreg" db show "$db.one" | sed -n 's/.*@\([0-9a-f]*\) .*/\1/p')

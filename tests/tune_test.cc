@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -118,6 +119,44 @@ TEST(TuneTest, WritesPastAnOutputAreCaughtAndTheSweepGoesOn) {
                "run gmm/faulty --dims m=64,k=32,n=16,groups=2 --param mode=overrun");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_THAT(r.stderr_text, HasSubstr("kreg run: the kernel wrote past the end of 'out'"));
+}
+
+// bf16 subnormal inputs may be read as zero (gmm's tolerance allows it, as
+// bf16 dot-product instructions do it); f32 subnormals may not. lhs is
+// subnormal (1e-39) and rhs large (1e36): each product is 1e-3, so reading
+// lhs as zero is far outside the f32 tolerance.
+TEST(TuneTest, Bf16SubnormalsMayBeReadAsZeroF32OnesMayNot) {
+  const std::string dir = Dir("subnormal");
+  const std::string path = std::string(KREG_PLUGIN_DIR) + ":" + KREG_TEST_PLUGIN_DIR + "/faulty_gmm";
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    const std::string name(DTypeName(dtype));
+    Tensor lhs(dtype, {64, 32}), rhs(dtype, {2, 32, 16});
+    auto fill = [](Tensor& t, float x, float y) {  // x and y alternate; bf16: their top halves
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, i % 2 ? &x : &y, 4);
+        if (t.dtype() == DType::kBF16) {
+          t.data_as<uint16_t>()[i] = static_cast<uint16_t>(bits >> 16);
+        } else {
+          t.data_as<uint32_t>()[i] = bits;
+        }
+      }
+    };
+    fill(lhs, 1e-39f, 2e-39f);
+    fill(rhs, 1e36f, 1e36f);
+    ASSERT_TRUE(WriteNpy(dir + "/lhs_" + name + ".npy", lhs).ok());
+    ASSERT_TRUE(WriteNpy(dir + "/rhs_" + name + ".npy", rhs).ok());
+    const std::string run = "run gmm/flush --dims groups=2 --reps 1 --warmup 0 --check --input lhs=" + dir + "/lhs_" +
+                            name + ".npy --input rhs=" + dir + "/rhs_" + name + ".npy --param dtype=" + name;
+    Result r = KregWith(path, run);
+    if (dtype == DType::kBF16) {
+      EXPECT_EQ(r.code, 0) << r.out << r.stderr_text;
+      EXPECT_THAT(r.out, HasSubstr("check ok"));
+    } else {
+      EXPECT_EQ(r.code, 1) << r.out << r.stderr_text;
+      EXPECT_THAT(r.stderr_text, HasSubstr("check failed"));
+    }
+  }
 }
 
 // A stored failure the environment may have caused is measured again by the

@@ -40,7 +40,10 @@
 // rounds once (to nearest even) to out's dtype; other kernels may accumulate
 // in float. out is compared with tolerance atol * (reduction length) + rtol *
 // |want|: f32 1e-5 / 1e-5, bf16 1e-2 / 1/128 (one bf16 ulp). NaN and
-// infinities propagate as in a plain matmul (no zero is skipped).
+// infinities propagate as in a plain matmul (no zero is skipped). A kernel
+// may read bf16 subnormal inputs as zero, as the bf16 dot-product
+// instructions (AVX512_BF16, AMX) and oneDNN on them do
+// (KREG_TOLERANCE_BF16_DAZ); f32 inputs are never flushed.
 #include <algorithm>
 #include <cstdio>
 #include <string_view>
@@ -105,13 +108,18 @@ constexpr kreg_attr_desc kGmmConstantWeightsAttr = {
 };
 constexpr const kreg_attr_desc* kGmmAttrs[] = {&kGmmTransposeRhsAttr, &kGmmGroupOffsetAttr, &kGmmConstantWeightsAttr};
 
-constexpr kreg_tolerance kGmmOutF32 = {
-    .struct_size = sizeof(kreg_tolerance), .dtype = KREG_DTYPE_F32, .atol = 1e-5, .rtol = 1e-5, .scale_dim = "k"};
+constexpr kreg_tolerance kGmmOutF32 = {.struct_size = sizeof(kreg_tolerance),
+                                       .dtype = KREG_DTYPE_F32,
+                                       .atol = 1e-5,
+                                       .rtol = 1e-5,
+                                       .scale_dim = "k",
+                                       .flags = KREG_TOLERANCE_BF16_DAZ};
 constexpr kreg_tolerance kGmmOutBf16 = {.struct_size = sizeof(kreg_tolerance),
                                         .dtype = KREG_DTYPE_BF16,
                                         .atol = 1e-2,
                                         .rtol = 1.0 / 128,
-                                        .scale_dim = "k"};
+                                        .scale_dim = "k",
+                                        .flags = KREG_TOLERANCE_BF16_DAZ};
 constexpr const kreg_tolerance* kGmmOutTolerances[] = {&kGmmOutF32, &kGmmOutBf16};
 
 constexpr kreg_tensor_desc kGmmLhsDesc = {
@@ -217,13 +225,18 @@ constexpr kreg_attr_desc kTgmmGroupOffsetAttr = {
 };
 constexpr const kreg_attr_desc* kTgmmAttrs[] = {&kTgmmGroupOffsetAttr};
 
-constexpr kreg_tolerance kTgmmOutF32 = {
-    .struct_size = sizeof(kreg_tolerance), .dtype = KREG_DTYPE_F32, .atol = 1e-5, .rtol = 1e-5, .scale_dim = "m"};
+constexpr kreg_tolerance kTgmmOutF32 = {.struct_size = sizeof(kreg_tolerance),
+                                        .dtype = KREG_DTYPE_F32,
+                                        .atol = 1e-5,
+                                        .rtol = 1e-5,
+                                        .scale_dim = "m",
+                                        .flags = KREG_TOLERANCE_BF16_DAZ};
 constexpr kreg_tolerance kTgmmOutBf16 = {.struct_size = sizeof(kreg_tolerance),
                                          .dtype = KREG_DTYPE_BF16,
                                          .atol = 1e-2,
                                          .rtol = 1.0 / 128,
-                                         .scale_dim = "m"};
+                                         .scale_dim = "m",
+                                         .flags = KREG_TOLERANCE_BF16_DAZ};
 constexpr const kreg_tolerance* kTgmmOutTolerances[] = {&kTgmmOutF32, &kTgmmOutBf16};
 
 constexpr kreg_tensor_desc kTgmmLhsDesc = {

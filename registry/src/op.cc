@@ -260,7 +260,9 @@ absl::StatusOr<std::shared_ptr<const Op>> Op::Read(const kreg_op_desc& d,
           out.scale_dim = op->FindDim(tol->scale_dim);
           if (out.scale_dim < 0) return tin(absl::StrCat("tolerance scale_dim '", tol->scale_dim, "' is not a dim"));
         }
-        out.magnitude = KREG_HAS_FIELD(tol, kreg_tolerance, flags) && (tol->flags & KREG_TOLERANCE_MAGNITUDE) != 0;
+        const uint32_t flags = KREG_HAS_FIELD(tol, kreg_tolerance, flags) ? tol->flags : 0;
+        out.magnitude = (flags & KREG_TOLERANCE_MAGNITUDE) != 0;
+        out.bf16_daz = (flags & KREG_TOLERANCE_BF16_DAZ) != 0;
         info.tolerances.push_back(out);
       }
     }

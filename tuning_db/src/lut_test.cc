@@ -1162,8 +1162,10 @@ TEST_F(Query, TheMostSimilarTunedMachineAnswersWhenThisOneHasNoEntry) {
 
 TEST_F(Query, TheMeasuredDefaultIsTheBestAcrossMachinesOfTheNearestShape) {
   const tuning::Machine asked = FakeMachine("AuthenticAMD", {"avx2", "fma"}, 2);
-  const tuning::Machine x = FakeMachine("GenuineIntel", {"avx2", "fma"}, 8, 6, 0x55);
-  const tuning::Machine y = FakeMachine("GenuineIntel", {"avx2", "fma"}, 16, 6, 0x8f);
+  // Of a vendor no test host is, so that neither is similar to the machine
+  // the test runs on (whose similar machines are preferred).
+  const tuning::Machine x = FakeMachine("CentaurHauls", {"avx2", "fma"}, 8, 6, 0x55);
+  const tuning::Machine y = FakeMachine("CentaurHauls", {"avx2", "fma"}, 16, 6, 0x8f);
   TuningDb db;
   db.AddMachine(asked);
   db.AddMachine(x);

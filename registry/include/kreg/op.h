@@ -71,6 +71,7 @@ struct Tolerance {
   double atol = 0, rtol = 0;
   int scale_dim = -1;  // index into dims, or -1
   bool magnitude = false;  // KREG_TOLERANCE_MAGNITUDE
+  bool bf16_daz = false;   // KREG_TOLERANCE_BF16_DAZ
 };
 
 struct TensorInfo {

@@ -217,7 +217,12 @@ typedef enum kreg_gen {
  * float sum in another order can lose it all). Where M overflows the
  * output's dtype, any infinity or NaN is accepted too (float partial sums
  * may overflow, to one infinity or to both, where the reference's double
- * sum does not). */
+ * sum does not).
+ * With KREG_TOLERANCE_BF16_DAZ (for ops whose kernels may use the CPU's
+ * bf16 dot-product instructions, AVX512_BF16 and AMX, which read bf16
+ * subnormals as zero, as oneDNN on them does), an element is also accepted
+ * where it is within the bound of the reference run on the inputs with
+ * every bf16 subnormal set to zero (of its sign). */
 typedef struct kreg_tolerance {
   size_t struct_size;
   uint32_t dtype; /* one KREG_DTYPE_* bit */
@@ -227,6 +232,7 @@ typedef struct kreg_tolerance {
   uint32_t flags; /* KREG_TOLERANCE_* */
 } kreg_tolerance;
 #define KREG_TOLERANCE_MAGNITUDE 1u
+#define KREG_TOLERANCE_BF16_DAZ 2u
 #define KREG_TOLERANCE_MIN_SIZE (offsetof(kreg_tolerance, scale_dim) + sizeof(const char*))
 
 /* kreg_tensor_desc.flags */

@@ -135,14 +135,19 @@ class Problem {
   // The reference's outputs on the inputs' absolute values, where a
   // tolerance asks for them (KREG_TOLERANCE_MAGNITUDE).
   mutable std::vector<std::optional<Tensor>> magnitudes_;
+  // The reference's outputs on the inputs with their bf16 subnormals zero,
+  // made when an output that allows it (KREG_TOLERANCE_BF16_DAZ) differs.
+  mutable std::optional<std::vector<std::optional<Tensor>>> flushed_;
   std::vector<DLTensor*> pointers_;
   uint64_t inputs_hash_ = 0;  // of the read-only inputs: a kernel must not write them
   kreg_args args_{};
 
   uint64_t HashInputs() const;
-  // Runs the reference on the initial inputs (or, with `magnitudes`, on
-  // their absolute values) into fresh copies of the outputs, *out.
-  absl::Status RunReference(bool magnitudes, std::vector<std::optional<Tensor>>* out) const;
+  // What the reference is run on: the initial inputs, their absolute
+  // values, or the inputs with every bf16 subnormal set to zero.
+  enum class ReferenceInputs { kAsGiven, kMagnitudes, kBf16SubnormalsZero };
+  // Runs the reference on `inputs` into fresh copies of the outputs, *out.
+  absl::Status RunReference(ReferenceInputs inputs, std::vector<std::optional<Tensor>>* out) const;
 };
 
 }  // namespace kreg
