@@ -1,109 +1,89 @@
 // topk/heap: the classic CPU baseline (FAISS-style). A min-heap holds the k
 // best seen so far; its root is the threshold. Each element is first tested
-// against the threshold's float value, 16 at a time with AVX2, and only the
-// rare ones that may beat it take the exact path: compare full (score,
-// column) keys and replace the root.
-#include <immintrin.h>
-
+// against the threshold's float value, a vector at a time (32 elements with
+// AVX2, 64 with AVX-512: parameter `simd`), and only the rare ones that may
+// beat it take the exact path: compare full (score, column) keys and
+// replace the root.
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <vector>
 
 #include "common.h"
+#include "heap.h"
 #include "variants.h"
 
 namespace kreg::topk {
 namespace {
 
-float ValueAt(const void* row, bool bf16, int64_t c) {
-  uint32_t u = FloatBits(row, bf16, c);
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+enum Simd { kAvx2 = 0, kAvx512 = 1 };
+const char* const kSimdChoices[] = {"avx2", "avx512"};
+const uint32_t kSimdIsa[] = {KREG_ISA_AVX2, KREG_ISA_AVX2 | KREG_ISA_AVX512F | KREG_ISA_AVX512BW};
+const kreg_param_desc kSimdParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "simd",
+    .doc = "the threshold test's vectors: avx2 (32 elements a step) or avx512 (64)",
+    .kind = KREG_PARAM_CHOICE,
+    .choices = kSimdChoices,
+    .num_choices = 2,
+    .default_value = kAvx2,
+    .choice_isa = kSimdIsa,
+};
+const kreg_param_desc* const kParams[] = {&kSimdParam};
 
-// Replaces the root of the min-heap h[0, n) with x and restores the heap.
-void ReplaceRoot(uint64_t* h, int64_t n, uint64_t x) {
-  int64_t i = 0;
-  for (;;) {
-    int64_t child = 2 * i + 1;
-    if (child >= n) break;
-    if (child + 1 < n && h[child + 1] < h[child]) ++child;
-    if (h[child] >= x) break;
-    h[i] = h[child];
-    i = child;
-  }
-  h[i] = x;
-}
+// A row long enough is seeded from a prefix first: column-strided blocks,
+// 4k of them (rounded up to 64) of this many elements each.
+constexpr int64_t kSeedStripes = 64;
 
-// Eight elements starting at column c, widened to float32.
-__attribute__((target("avx2"))) inline __m256 Load8(const void* row, bool bf16, int64_t c) {
-  if (!bf16) return _mm256_loadu_ps(static_cast<const float*>(row) + c);
-  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + c));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-// A superset of the elements that may beat threshold t: x > t (largest) or
-// x < t (smallest), and anything unordered, as NaN needs the exact path.
-template <bool kLargest>
-__attribute__((target("avx2"))) inline __m256 MayBeat(__m256 x, __m256 t) {
-  return _mm256_cmp_ps(x, t, kLargest ? _CMP_NLE_UQ : _CMP_NGE_UQ);
-}
-
-template <bool kLargest>
-__attribute__((target("avx2"))) void Scan(const void* row, bool bf16, int64_t c, int64_t end,
-                                           std::vector<uint64_t>& heap) {
-  const int64_t k = static_cast<int64_t>(heap.size());
-  uint64_t* h = heap.data();
-  auto offer = [&](int64_t col) {
-    uint64_t key = Pack(Score(FloatBits(row, bf16, col), kLargest), col);
-    if (key > h[0]) ReplaceRoot(h, k, key);
-  };
-  for (;;) {
-    // Nothing beats a NaN threshold when largest: later NaNs lose on index.
-    float thr = ValueAt(row, bf16, PackedCol(h[0]));
-    if (kLargest && thr != thr) return;
-    const __m256 t = _mm256_set1_ps(thr);
-    const uint64_t root = h[0];
-    for (; c + 32 <= end; c += 32) {
-      const __m256 x0 = Load8(row, bf16, c), x1 = Load8(row, bf16, c + 8);
-      const __m256 x2 = Load8(row, bf16, c + 16), x3 = Load8(row, bf16, c + 24);
-      const __m256 any = _mm256_or_ps(_mm256_or_ps(MayBeat<kLargest>(x0, t), MayBeat<kLargest>(x1, t)),
-                                      _mm256_or_ps(MayBeat<kLargest>(x2, t), MayBeat<kLargest>(x3, t)));
-      if (_mm256_testz_ps(any, any)) continue;
-      uint32_t mask = 0;
-      for (__m256 x : {x3, x2, x1, x0}) mask = mask << 8 | _mm256_movemask_ps(MayBeat<kLargest>(x, t));
-      for (; mask != 0; mask &= mask - 1) offer(c + __builtin_ctz(mask));
-      if (h[0] != root) {
-        c += 32;
-        break;
-      }
+// Leaves in `heap` the packed keys of the best min(k, end - start) columns
+// of [start, end) of row, best first.
+void SelectRow(const HeapOps& ops, const void* row, bool bf16, bool largest, int64_t start, int64_t end, int64_t k,
+               std::vector<float>& best, std::vector<uint64_t>& heap) {
+  int64_t c = start + std::min<int64_t>(k, end - start);
+  const int64_t blocks = (4 * k + 63) / 64 * 64, prefix = blocks * kSeedStripes;
+  if (k > 0 && end - start >= 2 * prefix) {
+    // Seed: the k-th best of the blocks' bests, t, is reached by at least k
+    // elements of the prefix (each block's best), so no element worse
+    // than t is among the top k. Those at least as good as t are a few
+    // more than k: keep the best k. (A heap filled element by element from
+    // the row's start takes most of its replacements in such a prefix, each
+    // a mispredicted branch or more.)
+    best.resize(blocks);
+    ops.block_bests(row, bf16, largest, start, blocks, kSeedStripes, best.data());
+    std::vector<uint64_t>& ranked = heap;  // (score, the float's bits): the k-th best score's float
+    ranked.resize(blocks);
+    for (int64_t j = 0; j < blocks; ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, &best[j], 4);
+      ranked[j] = uint64_t{Score(bits, largest)} << 32 | bits;
     }
-    if (c + 32 > end) break;
+    std::nth_element(ranked.begin(), ranked.begin() + (k - 1), ranked.end(), std::greater<>());
+    const uint32_t t_bits = static_cast<uint32_t>(ranked[k - 1]);
+    float t;
+    std::memcpy(&t, &t_bits, 4);
+    heap.resize(prefix);
+    heap.resize(ops.collect(row, bf16, largest, start, start + prefix, t, heap.data()));
+    std::nth_element(heap.begin(), heap.begin() + (k - 1), heap.end(), std::greater<>());
+    heap.resize(k);
+    c = start + prefix;
+  } else {
+    heap.resize(c - start);
+    for (int64_t j = start; j < c; ++j) heap[j - start] = Pack(Score(FloatBits(row, bf16, j), largest), j);
   }
-  for (; c < end; ++c) offer(c);
+  std::make_heap(heap.begin(), heap.end(), std::greater<>());
+  if (!heap.empty()) ops.scan(row, bf16, largest, c, end, heap.data(), static_cast<int64_t>(heap.size()));
+  std::sort_heap(heap.begin(), heap.end(), std::greater<>());
 }
 
-kreg_status Run(const TopKArgs& a, [[maybe_unused]] const kreg_config* config, const kreg_host* host, char* msg,
-                size_t cap) {
+kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg, size_t cap) {
   const bool bf16 = IsBf16(a);
-  const kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
-                                               std::vector<uint64_t>& heap) {
-    const void* row = InputRow(a, r);
-    const int64_t count = std::min<int64_t>(a.k, end - start);
-    heap.resize(count);
-    for (int64_t j = 0; j < count; ++j) heap[j] = Pack(Score(FloatBits(row, bf16, start + j), a.largest), start + j);
-    std::make_heap(heap.begin(), heap.end(), std::greater<>());
-    if (count > 0) {
-      if (a.largest) {
-        Scan<true>(row, bf16, start + count, end, heap);
-      } else {
-        Scan<false>(row, bf16, start + count, end, heap);
-      }
-    }
-    std::sort_heap(heap.begin(), heap.end(), std::greater<>());
-    return 0;
-  });
+  const HeapOps& ops = Param(config, 0).value == kAvx512 ? kHeapAvx512 : kHeapAvx2;
+  tbb::enumerable_thread_specific<std::vector<float>> bests;
+  const kreg_status status =
+      SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end, std::vector<uint64_t>& heap) {
+        SelectRow(ops, InputRow(a, r), bf16, a.largest, start, end, a.k, bests.local(), heap);
+        return 0;
+      });
   return Finish(status, msg, cap);
 }
 
@@ -114,8 +94,10 @@ extern const kreg_kernel kHeapKernel = {
     .op = "topk",
     .variant = "heap",
     .version = 1,
-    .doc = "min-heap of the k best with an AVX2 threshold prefilter (FAISS-style)",
+    .doc = "min-heap of the k best with a vector threshold prefilter (FAISS-style)",
     .required_isa = KREG_ISA_AVX2,
+    .params = kParams,
+    .num_params = sizeof kParams / sizeof kParams[0],
     .check = CheckTopK,
     .run = GuardedRun<Run>,
 };

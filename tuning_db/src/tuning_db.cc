@@ -468,11 +468,11 @@ absl::StatusOr<Config> FromProtoConfig(const Kernel& kernel, const tuning::Confi
       v.value = it - p.choices.begin();
     }
   }
+  // A parameter the variant gained after the configuration was stored
+  // keeps its default: the version did not change, so the default is what
+  // the variant did then.
   for (size_t i = 0; i < seen.size(); ++i) {
-    if (!seen[i]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameter '", params[i].name, "' of ", kernel.name(), " is missing"));
-    }
+    if (!seen[i]) values[i] = params[i].default_value;
   }
   Config out(std::move(values));
   if (absl::Status s = params.Validate(out, kernel.name(), CpuIsa()); !s.ok()) return s;
