@@ -317,10 +317,10 @@ void FaissHeapPeer(const kreg_args& a) {
 #endif
 
 // (d) The memory floor: one streaming read of the whole input (a sum of its
-// 32-bit words, vectorised with AVX2 where the CPU has it), cut into one
+// 32-bit words, vectorised with AVX-512 or AVX2 where the CPU has it), cut into one
 // contiguous piece per thread whatever the batch. No top-k of this input can
 // be faster.
-__attribute__((target_clones("avx2", "default"))) uint32_t SumWords(const uint32_t* p, size_t n) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) uint32_t SumWords(const uint32_t* p, size_t n) {
   uint32_t s = 0;
   for (size_t i = 0; i < n; ++i) s += p[i];
   return s;
@@ -433,10 +433,13 @@ Entry PeerEntry(void (*f32)(const kreg_args&), void (*bf16)(const kreg_args&)) {
   return e;
 }
 
-Entry KernelEntry(const std::shared_ptr<const kreg::Kernel>& kernel, const Shape& shape) {
+// `extra`: parameters set beyond the best-known ones (e.g. simd=avx512).
+Entry KernelEntry(const std::shared_ptr<const kreg::Kernel>& kernel, const Shape& shape,
+                  const std::vector<std::pair<std::string, std::string>>& extra = {}) {
   Entry e;
-  absl::StatusOr<kreg::Config> config =
-      kernel->ParseConfig(BestParamsFor(std::string(kernel->variant()), shape.Label()));
+  std::vector<std::pair<std::string, std::string>> params = BestParamsFor(std::string(kernel->variant()), shape.Label());
+  params.insert(params.end(), extra.begin(), extra.end());
+  absl::StatusOr<kreg::Config> config = kernel->ParseConfig(params);
   if (!config.ok()) {
     e.setup = absl::InvalidArgumentError(
         absl::StrCat("best-known params of ", kernel->name(), ": ", config.status().message()));
@@ -521,7 +524,13 @@ int main(int argc, char** argv) {
       Entry floor = PlainEntry(StreamRead);
       floor.check = false;
       add("floor/stream_read" + suffix, std::move(floor), shape, dtype);
-      for (const auto& kernel : kernels) add(kernel->name() + suffix, KernelEntry(kernel, shape), shape, dtype);
+      for (const auto& kernel : kernels) {
+        add(kernel->name() + suffix, KernelEntry(kernel, shape), shape, dtype);
+        // A wider vector ISA than the default (topk/heap's simd=avx512), where this CPU has it.
+        if (kernel->ParseConfig({{"simd", "avx512"}}).ok()) {
+          add(kernel->name() + "_avx512" + suffix, KernelEntry(kernel, shape, {{"simd", "avx512"}}), shape, dtype);
+        }
+      }
       add("peer/partial_sort" + suffix,
           PeerEntry(PartialSortPeer<float>, PartialSortPeer<uint16_t>), shape, dtype);
       add("peer/nth_element_sort" + suffix,
