@@ -18,7 +18,8 @@ namespace {
 
 enum Simd { kAvx2 = 0, kAvx512 = 1 };
 const char* const kSimdChoices[] = {"avx2", "avx512"};
-const uint32_t kSimdIsa[] = {KREG_ISA_AVX2, KREG_ISA_AVX2 | KREG_ISA_AVX512F | KREG_ISA_AVX512BW};
+// avx2 needs nothing beyond the kernel's own required_isa.
+const uint32_t kSimdIsa[] = {0, KREG_ISA_AVX2 | KREG_ISA_AVX512F | KREG_ISA_AVX512BW};
 const kreg_param_desc kSimdParam = {
     .struct_size = sizeof(kreg_param_desc),
     .name = "simd",
