@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <sys/utsname.h>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -576,10 +577,18 @@ absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database database) {
   for (tuning::Entry& e : *database.mutable_entries()) {
     const int index = out.FindOrAddEntry(e.key());
     tuning::Entry* entry = out.db_.mutable_entries(index);
-    // A slim file's only trials are its winners.
-    for (const Trial& t : e.trials()) out.PutTrial(index, t, /*keep_newer=*/true);
-    if (e.has_best()) out.PutTrial(index, e.best(), /*keep_newer=*/true);
-    if (e.has_runner_up()) out.PutTrial(index, e.runner_up(), /*keep_newer=*/true);
+    // A slim file's only trials are its winners. Where the winners are
+    // among the trials too, the trials are the truth: the winner fields
+    // are copies (an edited trial beats a stale copy of itself).
+    absl::flat_hash_set<std::string> listed;
+    for (const Trial& t : e.trials()) {
+      out.PutTrial(index, t, /*keep_newer=*/true);
+      listed.insert(TrialIdOf(t));
+    }
+    if (e.has_best() && !listed.contains(TrialIdOf(e.best()))) out.PutTrial(index, e.best(), /*keep_newer=*/true);
+    if (e.has_runner_up() && !listed.contains(TrialIdOf(e.runner_up()))) {
+      out.PutTrial(index, e.runner_up(), /*keep_newer=*/true);
+    }
     if (e.tuned_at() >= entry->tuned_at()) {
       entry->set_tool_version(e.tool_version());
       entry->set_strategy(e.strategy());
