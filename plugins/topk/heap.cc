@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "common.h"
@@ -36,10 +37,19 @@ const kreg_param_desc* const kParams[] = {&kSimdParam};
 // 4k of them (rounded up to 64) of this many elements each.
 constexpr int64_t kSeedStripes = 64;
 
+// A thread's scratch: the block bests and the prefix's survivors (grown,
+// never shrunk: value-initialising them per row cost more than the rest of
+// the seeding).
+struct Scratch {
+  std::unique_ptr<float[]> best;
+  std::unique_ptr<uint64_t[]> keys;
+  int64_t best_size = 0, keys_size = 0;
+};
+
 // Leaves in `heap` the packed keys of the best min(k, end - start) columns
 // of [start, end) of row, best first.
 void SelectRow(const HeapOps& ops, const void* row, bool bf16, bool largest, int64_t start, int64_t end, int64_t k,
-               std::vector<float>& best, std::vector<uint64_t>& heap) {
+               Scratch& s, std::vector<uint64_t>& heap) {
   int64_t c = start + std::min<int64_t>(k, end - start);
   const int64_t blocks = (4 * k + 63) / 64 * 64, prefix = blocks * kSeedStripes;
   if (k > 0 && end - start >= 2 * prefix) {
@@ -49,23 +59,23 @@ void SelectRow(const HeapOps& ops, const void* row, bool bf16, bool largest, int
     // more than k: keep the best k. (A heap filled element by element from
     // the row's start takes most of its replacements in such a prefix, each
     // a mispredicted branch or more.)
-    best.resize(blocks);
-    ops.block_bests(row, bf16, largest, start, blocks, kSeedStripes, best.data());
-    std::vector<uint64_t>& ranked = heap;  // (score, the float's bits): the k-th best score's float
-    ranked.resize(blocks);
+    if (s.best_size < blocks) s.best.reset(new float[s.best_size = blocks]);
+    if (s.keys_size < prefix) s.keys.reset(new uint64_t[s.keys_size = prefix]);
+    ops.block_bests(row, bf16, largest, start, blocks, kSeedStripes, s.best.get());
+    uint64_t* ranked = s.keys.get();  // (score, the float's bits): the k-th best score's float
     for (int64_t j = 0; j < blocks; ++j) {
       uint32_t bits;
-      std::memcpy(&bits, &best[j], 4);
+      std::memcpy(&bits, &s.best[j], 4);
       ranked[j] = uint64_t{Score(bits, largest)} << 32 | bits;
     }
-    std::nth_element(ranked.begin(), ranked.begin() + (k - 1), ranked.end(), std::greater<>());
+    std::nth_element(ranked, ranked + (k - 1), ranked + blocks, std::greater<>());
     const uint32_t t_bits = static_cast<uint32_t>(ranked[k - 1]);
     float t;
     std::memcpy(&t, &t_bits, 4);
-    heap.resize(prefix);
-    heap.resize(ops.collect(row, bf16, largest, start, start + prefix, t, heap.data()));
-    std::nth_element(heap.begin(), heap.begin() + (k - 1), heap.end(), std::greater<>());
-    heap.resize(k);
+    uint64_t* keys = s.keys.get();
+    const int64_t survivors = ops.collect(row, bf16, largest, start, start + prefix, t, keys);
+    std::nth_element(keys, keys + (k - 1), keys + survivors, std::greater<>());
+    heap.assign(keys, keys + k);
     c = start + prefix;
   } else {
     heap.resize(c - start);
@@ -79,10 +89,10 @@ void SelectRow(const HeapOps& ops, const void* row, bool bf16, bool largest, int
 kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg, size_t cap) {
   const bool bf16 = IsBf16(a);
   const HeapOps& ops = Param(config, 0).value == kAvx512 ? kHeapAvx512 : kHeapAvx2;
-  tbb::enumerable_thread_specific<std::vector<float>> bests;
+  tbb::enumerable_thread_specific<Scratch> scratch;
   const kreg_status status =
       SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end, std::vector<uint64_t>& heap) {
-        SelectRow(ops, InputRow(a, r), bf16, a.largest, start, end, a.k, bests.local(), heap);
+        SelectRow(ops, InputRow(a, r), bf16, a.largest, start, end, a.k, scratch.local(), heap);
         return 0;
       });
   return Finish(status, msg, cap);

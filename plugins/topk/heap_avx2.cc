@@ -25,7 +25,10 @@ struct Avx2 {
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + c));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
-  static Vec Splat(float t) { return _mm256_set1_ps(t); }
+  template <int kCmp>
+  static Vec Splat(float t, bool /*bf16*/) {
+    return _mm256_set1_ps(t);
+  }
   static void Store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
   template <bool kLargest>
   static Vec Better(Vec a, Vec b) {

@@ -4,13 +4,14 @@
 // is compiled for its own ISA and stays its own), and instantiates
 // its functions with a `V` of vectors of V::kLanes floats that provides
 //   static Vec Load(const void* row, bool bf16, int64_t c)   (widened)
-//   static Vec Splat(float t)
+//   template <int kCmp> static Thr Splat(float t, bool bf16)
+//       (t as Flags<kCmp> compares with it)
 //   template <bool kLargest> static Vec Better(Vec a, Vec b)
 //       (max or min: one of the two, an element's value, NaN or not)
 //   template <int kCmp> static uint64_t Flags(const void* row, bool bf16,
-//       int64_t c, Vec t)
+//       int64_t c, const Thr& t)
 //       (bit i set where element c + i compares kCmp to t, for V::kStep
-//       elements; 0 fast when none does)
+//       elements, or a superset; 0 fast when none does)
 //   static void Store(float* p, Vec v), static Vec LoadF32(const float* p).
 #ifndef KREG_PLUGINS_TOPK_HEAP_SCAN_H_
 #define KREG_PLUGINS_TOPK_HEAP_SCAN_H_
@@ -67,9 +68,16 @@ void ScanWith(const void* row, bool bf16, int64_t c, int64_t end, uint64_t* h, i
     const uint64_t root = h[0];
     // May beat t: x > t (largest) or x < t (smallest), or unordered, as NaN
     // needs the exact path (a superset is fine; a missed element is not).
-    const auto t = V::Splat(thr);
+    constexpr int kCmp = kLargest ? _CMP_NLE_UQ : _CMP_NGE_UQ;
+    const auto t = V::template Splat<kCmp>(thr, bf16);
+    // The hardware prefetcher alone leaves this loop waiting on memory (a
+    // row takes ~1.5x a plain read of it): fetch 32 steps ahead.
+    const char* ahead = static_cast<const char*>(row) + 32 * V::kStep * (bf16 ? 2 : 4);
+    const int64_t esize = bf16 ? 2 : 4;
     for (; c + V::kStep <= end; c += V::kStep) {
-      uint64_t mask = V::template Flags<kLargest ? _CMP_NLE_UQ : _CMP_NGE_UQ>(row, bf16, c, t);
+      __builtin_prefetch(ahead + c * esize);
+      __builtin_prefetch(ahead + c * esize + 64);
+      uint64_t mask = V::template Flags<kCmp>(row, bf16, c, t);
       if (mask == 0) continue;
       for (; mask != 0; mask &= mask - 1) offer(c + __builtin_ctzll(mask));
       if (h[0] != root) {
@@ -101,10 +109,11 @@ void BlockBestsWith(const void* row, bool bf16, int64_t c, int64_t blocks, int64
 // for end - c.
 template <typename V, bool kLargest>
 int64_t CollectWith(const void* row, bool bf16, int64_t c, int64_t end, float thr, uint64_t* keys) {
-  const auto t = V::Splat(thr);
+  constexpr int kCmp = kLargest ? _CMP_NLT_UQ : _CMP_NGT_UQ;
+  const auto t = V::template Splat<kCmp>(thr, bf16);
   int64_t n = 0;
   for (; c < end; c += V::kStep) {
-    for (uint64_t mask = V::template Flags<kLargest ? _CMP_NLT_UQ : _CMP_NGT_UQ>(row, bf16, c, t); mask != 0;
+    for (uint64_t mask = V::template Flags<kCmp>(row, bf16, c, t); mask != 0;
          mask &= mask - 1) {
       const int64_t col = c + __builtin_ctzll(mask);
       keys[n++] = Pack(Score(FloatBits(row, bf16, col), kLargest), col);

@@ -1077,7 +1077,12 @@ TEST(Machines, FingerprintsTellGenerationsApartAndKeepOldIds) {
   EXPECT_EQ(MachineSummary(zen3), "AMD EPYC, zen3, avx2, 2 cores");
   EXPECT_EQ(MachineClass(zen3), "amd-epyc-zen3-avx2-2c");
   EXPECT_EQ(MachineClass(FakeMachine("GenuineIntel", {"avx2", "avx512f", "amx_tile"}, 16, 6, 0x8f)),
-            "intel-r-xeon-r-sapphirerapids-amx-16c");
+            "intel-xeon-sapphirerapids-amx-16c");
+  tuning::Machine core = FakeMachine("GenuineIntel", {"avx2"}, 4, 6, 0x55);
+  core.set_cpu_model("Intel(R) Core(TM) i7-9750H CPU @ 2.60GHz");
+  EXPECT_EQ(MachineClass(core), "intel-core-i7-9750h-skylake-x-avx2-4c");
+  core.set_cpu_model("Intel(R) Xeon(R) Processor");
+  EXPECT_EQ(MachineClass(core), "intel-xeon-skylake-x-avx2-4c");
 
   const tuning::Machine& here = ThisMachine();
   EXPECT_EQ(here.id(), FingerprintId(here));

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "file_util.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -347,12 +348,21 @@ std::string MachineSummary(const tuning::Machine& machine) {
 }
 
 std::string MachineClass(const tuning::Machine& machine) {
-  std::string text = absl::AsciiStrToLower(
-      absl::StrCat(machine.cpu_model(), "-", MicroArch(machine), "-", WidestIsa(machine), "-", machine.cores(), "c"));
+  // The model without its marks, clock and generic words ("Intel(R)
+  // Xeon(R) Processor", "... CPU @ 2.60GHz"), then the generation, the
+  // widest ISA and the cores, as one lower-case slug.
+  std::string model = absl::AsciiStrToLower(machine.cpu_model());
+  model = model.substr(0, model.find('@'));
+  absl::StrReplaceAll({{"(r)", " "}, {"(tm)", " "}}, &model);
+  std::vector<std::string> words;
+  for (absl::string_view word : absl::StrSplit(model, absl::ByAnyChar(" -_,()/"), absl::SkipEmpty())) {
+    if (word != "processor" && word != "cpu") words.emplace_back(word);
+  }
+  std::string text = absl::AsciiStrToLower(absl::StrCat(absl::StrJoin(words, "-"), "-", MicroArch(machine), "-",
+                                                        WidestIsa(machine), "-", machine.cores(), "c"));
   std::string out;
   for (char c : text) {
-    const bool keep = absl::ascii_isalnum(c);
-    if (keep) {
+    if (absl::ascii_isalnum(c)) {
       out.push_back(c);
     } else if (!out.empty() && out.back() != '-') {
       out.push_back('-');

@@ -51,5 +51,5 @@ for op in allreduce allgather reduce_scatter; do
 done
 $kreg tune sharded_matmul --mesh 2x1 --ranks 2 --dims m=512,k=512,n=512 --db "$db" --strategy halving --budget 60 --timeout 20
 $kreg db slim "$db" "$out"
-rm -f "$db" "$db.lock"
+rm -f "$db" "$db.lock" "$out.lock"
 echo "wrote $out"
