@@ -963,7 +963,7 @@ int Main(int argc, char** argv) {
                    "kreg db diff old.lut new.lut"});
   diff->add_option("A", f.file_a, "a table")->required();
   diff->add_option("B", f.file_b, "another table")->required();
-  CLI::App* slim = db->add_subcommand("slim", "a copy keeping each variant's best trial per problem");
+  CLI::App* slim = db->add_subcommand("slim", "a copy keeping each variant's best trial per problem (per choice combination)");
   slim->set_help_flag("-h,--help", "print this help");
   help->Set(slim, {"kreg db slim IN OUT",
                    "Writes OUT with, per problem, only the fastest successful trial of each variant (the shipped "

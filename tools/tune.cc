@@ -381,7 +381,7 @@ absl::StatusOr<int> Db(const Flags& flags) {
     options.best_per_variant = true;
     if (absl::Status s = db->Save(flags.file_b, options); !s.ok()) return s;
     std::cout << ValidUtf8(absl::StrCat("wrote ", flags.file_b, ": ", db->size(),
-                                        " problems, the fastest trial of each variant kept\n"));
+                                        " problems, the fastest trial of each variant (per choice combination) kept\n"));
     return 0;
   }
   return absl::InvalidArgumentError("give one of: show FILE, export FILE, merge OUT IN..., diff A B, slim IN OUT");

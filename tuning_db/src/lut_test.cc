@@ -637,7 +637,10 @@ TEST(Files, WinnersOnlySaveKeepsBestAndRunnerUp) {
   EXPECT_EQ(e->runner_up().variant(), "radix");
 }
 
-TEST(Files, BestPerVariantKeepsEachVariantsFastestTrial) {
+// Per variant and combination of named choices (a choice may need an ISA
+// another machine lacks): sort's two methods both stay, radix's integer
+// parameters keep only the fastest.
+TEST(Files, BestPerVariantKeepsEachVariantsFastestTrialPerChoice) {
   TuningDb db;
   db.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 500));
   db.AddTrial(Key(8, 1000, 10), Sort("nth_element", 400));
@@ -650,11 +653,12 @@ TEST(Files, BestPerVariantKeepsEachVariantsFastestTrial) {
   ASSERT_TRUE(back.ok()) << back.status();
   const tuning::Entry* e = back->FindEntry(Key(8, 1000, 10));
   ASSERT_NE(e, nullptr);
-  ASSERT_EQ(e->trials_size(), 2);  // one per variant, fastest first
+  ASSERT_EQ(e->trials_size(), 3);  // fastest first
   EXPECT_EQ(e->trials(0).variant(), "radix");
   EXPECT_EQ(ConfigText(e->trials(0).config()), "first_bits=11 round_bits=8 capacity=4096");
   EXPECT_EQ(e->trials(1).variant(), "sort");
   EXPECT_EQ(ConfigText(e->trials(1).config()), "method=nth_element");
+  EXPECT_EQ(ConfigText(e->trials(2).config()), "method=partial_sort");
   EXPECT_EQ(e->best().median_ns(), 250);
   EXPECT_EQ(e->runner_up().variant(), "sort");
 }

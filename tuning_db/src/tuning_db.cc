@@ -620,12 +620,22 @@ absl::Status TuningDb::Save(const std::string& path, const SaveOptions& options)
         e.clear_trials();
         continue;
       }
-      // Each variant's fastest OK trial (the entry's winners among them).
+      // Each variant's fastest OK trial (the entry's winners among them),
+      // per combination of its named choices: a choice may need an ISA
+      // (topk/heap's simd, gmm/tiled's micro), and a machine without it
+      // must still find the variant's best that it can run.
+      auto choices = [](const Trial& t) {
+        std::string out;
+        for (const tuning::ParamValue& p : t.config().params()) {
+          if (p.value_case() == tuning::ParamValue::kChoice) absl::StrAppend(&out, p.name(), "=", p.choice(), ";");
+        }
+        return out;
+      };
       std::vector<Trial> kept;
       for (const Trial& t : e.trials()) {
         if (!Eligible(t)) continue;
         auto same = std::find_if(kept.begin(), kept.end(), [&](const Trial& k) {
-          return k.variant() == t.variant() && k.variant_version() == t.variant_version();
+          return k.variant() == t.variant() && k.variant_version() == t.variant_version() && choices(k) == choices(t);
         });
         if (same == kept.end()) {
           kept.push_back(t);

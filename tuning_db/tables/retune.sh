@@ -2,7 +2,8 @@
 # Re-tunes the table shipped for this machine's class: every op family's
 # shapes below, measured into a scratch table, then slimmed into
 # tuning_db/tables/<class>.txtpb — per problem, each variant's best
-# configuration and its measurements, not every trial. The class is what
+# configuration per combination of its named choices (a choice may need an
+# ISA) and its measurements, not every trial. The class is what
 # `kreg machine` names it: CPU model, core generation, widest vector ISA and
 # core count (e.g. amd-epyc-zen3-avx2-2c). Tables of other classes stay as
 # they are: kreg answers from the most similar one where this machine has

@@ -142,8 +142,10 @@ struct SaveOptions {
   // Keep only each entry's best and runner_up, not every trial: a slim table
   // for lookup only (a later sweep then re-measures the rest).
   bool winners_only = false;
-  // Keep, per entry, the fastest OK trial of each variant (with its
-  // measurements) and nothing else: the shipped tables' form.
+  // Keep, per entry, the fastest OK trial of each variant per combination
+  // of its named choices (with its measurements) and nothing else: the
+  // shipped tables' form. (A choice may need an ISA: a machine without it
+  // still finds the variant's best it can run.)
   bool best_per_variant = false;
 };
 
