@@ -39,7 +39,7 @@ struct Avx512 {
     Vec f;           // f32: the threshold
     __m512i lo;      // bf16: the failing keys' range [lo, lo + span]
     __m512i span;
-    bool all;        // bf16: every element passes (t is NaN)
+    bool all;        // bf16: every element passes
   };
   // Sixteen elements starting at column c, widened to float32.
   static Vec Load(const void* row, bool bf16, int64_t c) {

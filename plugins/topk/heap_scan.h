@@ -12,7 +12,7 @@
 //       int64_t c, const Thr& t)
 //       (bit i set where element c + i compares kCmp to t, for V::kStep
 //       elements, or a superset; 0 fast when none does)
-//   static void Store(float* p, Vec v), static Vec LoadF32(const float* p).
+//   static void Store(float* p, Vec v)
 #ifndef KREG_PLUGINS_TOPK_HEAP_SCAN_H_
 #define KREG_PLUGINS_TOPK_HEAP_SCAN_H_
 
