@@ -61,20 +61,24 @@ TEST(Hardening, AHugeWorkspaceRequestIsAnError) {
   ExpectError(r, 1, "topk/faulty: cannot allocate 18446744073709551605 bytes of workspace");
 }
 
-// 2: a damaged binary table is refused by every command, and left as it is.
+// 2: a damaged binary table is refused by every command, named as damaged
+// (whether or not the damage also breaks the parse), and left as it is.
 TEST(Hardening, ADamagedBinaryTableIsRefusedAndLeftAlone) {
   const std::string dir = Dir("damaged");
   const std::string db = Table(dir, "t.lut");
-  std::string bytes = Bytes(db);
-  bytes[bytes.size() / 2] ^= 0x10;
-  Write(db, bytes);
-  for (const std::string& command :
-       {"query topk --dims batch=2,n=300,k=4 --db " + db, "run topk --dims batch=2,n=300,k=4 --db " + db,
-        "tune topk --dims batch=2,n=300,k=4 --variants sort --reps 2 --db " + db, "db show " + db}) {
-    Result r = Kreg(command);
-    ExpectError(r, 2, db + ": not a kreg tuning database");
-    EXPECT_THAT(r.stderr_text, HasSubstr("checksum")) << command;
-    EXPECT_EQ(Bytes(db), bytes) << command;
+  const std::string good = Bytes(db);
+  for (size_t at : {size_t{0}, size_t{1}, good.size() / 3, good.size() / 2, good.size() - 12}) {
+    std::string bytes = good;
+    bytes[at] ^= 0x10;
+    Write(db, bytes);
+    for (const std::string& command :
+         {"query topk --dims batch=2,n=300,k=4 --db " + db, "run topk --dims batch=2,n=300,k=4 --db " + db,
+          "tune topk --dims batch=2,n=300,k=4 --variants sort --reps 2 --db " + db, "db show " + db}) {
+      Result r = Kreg(command);
+      ExpectError(r, 2, db + ": not a kreg tuning database");
+      EXPECT_THAT(r.stderr_text, HasSubstr("checksum")) << command << " (byte " << at << " changed)";
+      EXPECT_EQ(Bytes(db), bytes) << command;
+    }
   }
 }
 

@@ -206,20 +206,26 @@ std::string ParseAs(FileFormat format, absl::string_view bytes, tuning::Database
     // Malformed UTF-8 in a string field makes protobuf log; a corrupt file is
     // an error we return, not a log line.
     google::protobuf::LogSilencer silence;
+    // The checksum is the last field: the hash of every byte before it. It
+    // is read before parsing, so that damage which also breaks the parse
+    // is named as damage.
+    const size_t body = bytes.size() - std::min(bytes.size(), kChecksumBytes);
+    const bool trailer = bytes.size() >= kChecksumBytes && bytes.substr(body, 2) == absl::string_view(kChecksumTag, 2);
+    uint64_t stored = 0;
+    for (size_t i = 0; trailer && i < 8; ++i) stored |= uint64_t{static_cast<uint8_t>(bytes[body + 2 + i])} << (8 * i);
+    const bool sum_ok = trailer && Fnv1a(bytes.substr(0, body)) == stored;
+    constexpr const char* kMismatch = "checksum mismatch (the file was changed or damaged after it was written)";
     if (!db->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-      return "not a binary protobuf Database";
+      return trailer && !sum_ok ? kMismatch : "not a binary protobuf Database";
     }
+    // A file that ends like a checksum whose sum is wrong is damaged, unless
+    // it is a whole schema-1 file (no checksum) that happens to end so.
+    const bool old_file = db->has_entry_count() && db->schema_version() == 1;
+    if (trailer && !sum_ok && !old_file) return kMismatch;
     if (!db->has_entry_count()) return "no entry_count trailer (truncated?)";
     if (db->schema_version() < 2) return "";  // older files carry no checksum
-    // The checksum is the last field: the hash of every byte before it.
-    const size_t body = bytes.size() - std::min(bytes.size(), kChecksumBytes);
-    if (!db->has_checksum() || bytes.size() < kChecksumBytes ||
-        bytes.substr(body, 2) != absl::string_view(kChecksumTag, 2)) {
-      return "no checksum at its end (cut short or changed)";
-    }
-    if (Fnv1a(bytes.substr(0, body)) != db->checksum()) {
-      return "checksum mismatch (the file was changed or damaged after it was written)";
-    }
+    if (!db->has_checksum() || !trailer) return "no checksum at its end (cut short or changed)";
+    if (!sum_ok) return kMismatch;
     return "";
   }
   google::protobuf::TextFormat::Parser parser;
