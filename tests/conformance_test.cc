@@ -711,6 +711,9 @@ TEST(TopKConformanceTest, LargerShapesSampledGrid) {
   // or more): chunk results merge exactly, NaN of both signs, infinities and
   // ties (every bf16 pattern recurs) included.
   CheckBothDtypesAndDirections(TopKDims(1, 600000, 40), Dist::kBits, 3);
+  // Rows long enough that topk/heap seeds its heap from a prefix: ties (the
+  // prefix's threshold is shared by many), ranges that start anywhere.
+  CheckBothDtypesAndDirections(TopKDims(8, 70000, 33), Dist::kTies, 4, {"row_starts", "row_ends"});
 }
 
 TEST(TopKConformanceTest, KEqualsOneAndKEqualsN) {
