@@ -638,15 +638,20 @@ absl::Status TuningDb::Save(const std::string& path, const SaveOptions& options)
         return out;
       };
       std::vector<Trial> kept;
+      std::vector<std::string> kept_choices;  // choices(kept[i])
       for (const Trial& t : e.trials()) {
         if (!Eligible(t)) continue;
-        auto same = std::find_if(kept.begin(), kept.end(), [&](const Trial& k) {
-          return k.variant() == t.variant() && k.variant_version() == t.variant_version() && choices(k) == choices(t);
-        });
-        if (same == kept.end()) {
+        const std::string mine = choices(t);
+        size_t i = 0;
+        while (i < kept.size() && !(kept[i].variant() == t.variant() &&
+                                    kept[i].variant_version() == t.variant_version() && kept_choices[i] == mine)) {
+          ++i;
+        }
+        if (i == kept.size()) {
           kept.push_back(t);
-        } else if (t.median_ns() < same->median_ns()) {
-          *same = t;
+          kept_choices.push_back(mine);
+        } else if (t.median_ns() < kept[i].median_ns()) {
+          kept[i] = t;
         }
       }
       std::sort(kept.begin(), kept.end(), [](const Trial& a, const Trial& b) { return a.median_ns() < b.median_ns(); });
