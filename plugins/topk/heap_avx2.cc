@@ -30,6 +30,7 @@ struct Avx2 {
     return _mm256_set1_ps(t);
   }
   static void Store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+  static Vec LoadF32(const float* p) { return _mm256_loadu_ps(p); }
   template <bool kLargest>
   static Vec Better(Vec a, Vec b) {
     return kLargest ? _mm256_max_ps(a, b) : _mm256_min_ps(a, b);

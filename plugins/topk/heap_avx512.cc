@@ -86,6 +86,7 @@ struct Avx512 {
     return _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(key, t.lo), t.span);
   }
   static void Store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+  static Vec LoadF32(const float* p) { return _mm512_loadu_ps(p); }
   template <bool kLargest>
   static Vec Better(Vec a, Vec b) {
     return kLargest ? _mm512_max_ps(a, b) : _mm512_min_ps(a, b);

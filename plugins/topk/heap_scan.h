@@ -12,7 +12,7 @@
 //       int64_t c, const Thr& t)
 //       (bit i set where element c + i compares kCmp to t, for V::kStep
 //       elements, or a superset; 0 fast when none does)
-//   static void Store(float* p, Vec v)
+//   static void Store(float* p, Vec v), static Vec LoadF32(const float* p)
 #ifndef KREG_PLUGINS_TOPK_HEAP_SCAN_H_
 #define KREG_PLUGINS_TOPK_HEAP_SCAN_H_
 
@@ -91,15 +91,17 @@ void ScanWith(const void* row, bool bf16, int64_t c, int64_t end, uint64_t* h, i
 }
 
 // best[j] = the best (largest or smallest float) of the `stripes` elements
-// c + s * blocks + j: blocks column-strided over a prefix of the row, one
-// vector compare per V::kLanes elements. Each is an element's value.
+// c + s * blocks + j: blocks column-strided over a prefix of the row, read
+// in order, one vector compare per V::kLanes elements. Each is an
+// element's value.
 // REQUIRES: blocks % V::kLanes == 0, stripes >= 1.
 template <typename V, bool kLargest>
 void BlockBestsWith(const void* row, bool bf16, int64_t c, int64_t blocks, int64_t stripes, float* best) {
-  for (int64_t j = 0; j < blocks; j += V::kLanes) {
-    auto b = V::Load(row, bf16, c + j);
-    for (int64_t s = 1; s < stripes; ++s) b = V::template Better<kLargest>(V::Load(row, bf16, c + s * blocks + j), b);
-    V::Store(best + j, b);
+  for (int64_t j = 0; j < blocks; j += V::kLanes) V::Store(best + j, V::Load(row, bf16, c + j));
+  for (int64_t s = 1; s < stripes; ++s) {
+    for (int64_t j = 0; j < blocks; j += V::kLanes) {
+      V::Store(best + j, V::template Better<kLargest>(V::Load(row, bf16, c + s * blocks + j), V::LoadF32(best + j)));
+    }
   }
 }
 
