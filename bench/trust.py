@@ -25,6 +25,9 @@ defaults: for each shape of this machine's shipped table, the default kreg
 derives from the other machines' shipped tables (`--machine strict`, this
 machine's table left out) against this machine's tuned choice, interleaved.
 
+scaling: each kernel of SCALING run on 1, 2, 4, ... threads up to all cores
+(`kreg run KERNEL --threads T`), the thread counts interleaved per round.
+
 Prints markdown on stdout, progress on stderr. Pure standard library.
 """
 import argparse
@@ -73,6 +76,15 @@ FAMILIES = {
     },
 }
 
+# Kernels and problems whose time on 1 to all cores `scaling` measures: long
+# and short rows, many and few, large and tiny matmuls.
+SCALING = [("topk/heap", "batch=1,n=1000000,k=100", []), ("topk/heap", "batch=128,n=201088,k=64", []),
+           ("topk/heap", "batch=16,n=4096,k=8", []), ("topk/radix", "batch=64,n=32768,k=2048", []),
+           ("topk/heap", "batch=2,n=1000,k=8", []), ("topk/radix", "batch=4,n=3000,k=32", []),
+           ("gmm/tiled", "m=2048,k=1024,n=1024,groups=8", ["--partition", "balanced"]),
+           ("gmm/onednn", "m=2048,k=1024,n=1024,groups=8", ["--partition", "balanced"]),
+           ("gmm/tiled", "m=64,k=64,n=64,groups=2", ["--partition", "balanced"])]
+
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
@@ -113,6 +125,10 @@ class Kreg:
     def run_median(self, shape, db, reps, env=None, flags=()):
         op, dims, extra = shape
         out = self(["run", op, "--db", db, "--dims", dims, "--reps", str(reps), "--json"] + extra + list(flags), env)
+        return json.loads(out.splitlines()[0])["median_ns"]
+
+    def kernel_median(self, kernel, dims, extra, threads, reps):
+        out = self(["run", kernel, "--dims", dims, "--threads", str(threads), "--reps", str(reps), "--json"] + extra)
         return json.loads(out.splitlines()[0])["median_ns"]
 
 
@@ -253,9 +269,32 @@ def defaults(kreg, args, scratch):
           f"problems.\n")
 
 
+def scaling(kreg, args):
+    cores = int(json.loads(kreg(["machine", "--json"]))["cores"])
+    counts = sorted({1 << i for i in range(cores.bit_length()) if 1 << i < cores} | {cores})
+    print(f"### Scaling from 1 to {cores} cores\n")
+    print(f"`python3 bench/trust.py scaling --rounds {args.rounds} --reps {args.reps}`: `kreg run KERNEL --threads T "
+          f"--reps {args.reps}`, median over {args.rounds} rounds (the thread counts interleaved in each).\n")
+    print("| kernel, problem | " + " | ".join(f"{t} thread{'s' if t > 1 else ''}" for t in counts) +
+          " | best speed-up |")
+    print("|---|" + "---|" * len(counts) + "---|")
+    for kernel, dims, extra in SCALING:
+        log(f"scaling: {kernel} {dims}")
+        times = {t: [] for t in counts}
+        for r in range(args.rounds):
+            for t in counts[r % len(counts):] + counts[:r % len(counts)]:
+                times[t].append(kreg.kernel_median(kernel, dims, extra, t, args.reps))
+        med = {t: statistics.median(v) for t, v in times.items()}
+        fmt = lambda ns: f"{ns / 1e6:.2f} ms" if ns >= 1e6 else f"{ns / 1e3:.1f} us"
+        best = min(counts, key=lambda t: med[t])
+        print(f"| {kernel} {dims} | " + " | ".join(fmt(med[t]) for t in counts) +
+              f" | {med[1] / med[best]:.1f}x on {best} |", flush=True)
+    print()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["search", "nearest", "defaults"])
+    parser.add_argument("mode", choices=["search", "nearest", "defaults", "scaling"])
     parser.add_argument("--family", choices=sorted(FAMILIES), default="topk")
     parser.add_argument("--kreg", default=os.path.join(ROOT, "build", "release", "bin", "kreg"))
     parser.add_argument("--plugin-path", default="")
@@ -268,6 +307,8 @@ def main():
     try:
         if args.mode == "search":
             search(kreg, args.family, args, scratch)
+        elif args.mode == "scaling":
+            scaling(kreg, args)
         elif args.mode == "nearest":
             nearest(kreg, args.family, args, scratch)
         else:

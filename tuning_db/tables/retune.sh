@@ -15,15 +15,16 @@
 #     f32, and the benchmark's two in bf16;
 #   collectives: all-reduce, all-gather and reduce-scatter on 2 and 4 thread
 #     ranks at three sizes, and the collective matmul on a 2x1 mesh.
-# About 25 minutes on 2 cores. Usage: tuning_db/tables/retune.sh [TABLE]
+# About 25 minutes on 2 cores. Usage: [KREG=path/to/kreg] tuning_db/tables/retune.sh [TABLE]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-kreg=build/release/bin/kreg
+kreg=${KREG:-build/release/bin/kreg}
 class=$($kreg machine | sed -n 's/^class *//p')
 out=${1:-tuning_db/tables/$class.txtpb}
 # Every trial goes into this table first: a run that stops (a failure, a
 # kill) resumes where it stopped when started again.
 db=build/retune-$class.lut
+mkdir -p build
 for d in batch=128,n=201088,k=64 batch=32,n=201088,k=64 batch=8,n=201088,k=64 batch=1,n=201088,k=64 \
          batch=64,n=32768,k=2048 batch=64,n=32768,k=256 batch=64,n=32768,k=16 batch=1,n=1000000,k=100 \
          batch=16,n=4096,k=8 batch=16,n=4096,k=512 batch=128,n=32000,k=50 batch=32,n=128000,k=8; do
