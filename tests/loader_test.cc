@@ -6,6 +6,8 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -455,6 +457,49 @@ TEST(RegistryTest, TheAxpyOpIsListedWithItsRolesAndItsInOutTensor) {
       Problem::Make(axpy, registry.Reference("axpy"), *axpy->ParseValues(Dims{{"n", 10}}), {});
   ASSERT_TRUE(problem.ok()) << problem.status();
   EXPECT_TRUE((*problem)->has_inout());
+}
+
+// The check compares blocks of elements at once and decides element by
+// element only where a block fails: every change that breaks the tolerance
+// is still caught, wherever it falls (first, middle or ragged last block),
+// and a change within it is not.
+TEST(RegistryTest, TheCheckCatchesEveryElementOutsideTheTolerance) {
+  Registry registry;
+  ASSERT_TRUE(registry.LoadPlugins({AxpyPlugin("axpy")}).empty());
+  std::shared_ptr<const Op> axpy = *registry.GetOp("axpy");
+  std::shared_ptr<const Kernel> reference = registry.Reference("axpy");
+  absl::StatusOr<std::unique_ptr<Problem>> made =
+      Problem::Make(axpy, reference, *axpy->ParseValues(Dims{{"n", 1500}}), {});
+  ASSERT_TRUE(made.ok()) << made.status();
+  Problem& p = **made;
+  float* out = static_cast<float*>(p.args()->tensors[1]->data);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  struct Change {
+    int64_t at;
+    std::function<float(float)> to;
+    bool caught;
+  };
+  const std::vector<Change> changes = {
+      {0, [](float v) { return v; }, false},
+      {700, [](float v) { return v * (1 + 4e-7f); }, false},  // rtol 1e-6
+      {700, [](float v) { return v * (1 + 1e-4f) + 1e-3f; }, true},
+      {0, [](float v) { return -v - 1; }, true},
+      {1499, [](float v) { return v + 1; }, true},  // the last, partial block
+      {1024, [nan](float) { return nan; }, true},
+      {511, [inf](float) { return inf; }, true},
+      {512, [inf](float) { return -inf; }, true},
+  };
+  for (const Change& c : changes) {
+    SCOPED_TRACE(c.at);
+    p.RestoreInOut();
+    ASSERT_TRUE(reference->Run(reference->DefaultConfig(), *p.args()).ok());
+    out[c.at] = c.to(out[c.at]);
+    const absl::Status check = p.CheckOutputs();
+    EXPECT_EQ(!check.ok(), c.caught) << check;
+    if (c.caught) {
+      EXPECT_THAT(std::string(check.message()), HasSubstr(absl::StrCat("out[", c.at, "]")));
+    }
+  }
 }
 
 // ---- ABI growth ------------------------------------------------------------------------

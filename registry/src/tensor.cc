@@ -124,18 +124,6 @@ size_t Tensor::GuardDamage() const {
   return damaged;
 }
 
-double Tensor::GetAsDouble(int64_t i) const {
-  switch (dtype_) {
-    case DType::kF32:
-      return data_as<float>()[i];
-    case DType::kBF16:
-      return Bf16ToFloat(data_as<uint16_t>()[i]);
-    case DType::kI32:
-      return data_as<int32_t>()[i];
-  }
-  return 0;
-}
-
 std::string Tensor::ShapeString() const {
   return absl::StrCat("[", absl::StrJoin(shape_, ", "), "]");
 }

@@ -73,7 +73,17 @@ class Tensor {
   template <typename T> const T* data_as() const { return static_cast<const T*>(data()); }
 
   // Element i as float (f32, bf16) or int (i32) widened to double.
-  double GetAsDouble(int64_t i) const;
+  double GetAsDouble(int64_t i) const {
+    switch (dtype_) {
+      case DType::kF32:
+        return data_as<float>()[i];
+      case DType::kBF16:
+        return Bf16ToFloat(data_as<uint16_t>()[i]);
+      case DType::kI32:
+        return data_as<int32_t>()[i];
+    }
+    return 0;
+  }
 
   // The guard: from nbytes() to the end of the 64-byte rounding and
   // kGuardBytes beyond, a known pattern, so a kernel writing past its
