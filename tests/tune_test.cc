@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <string>
 #include <thread>
@@ -624,6 +625,34 @@ TEST(TuneTest, ASweepKilledMidwayResumesFromItsCheckpoint) {
   Result r = Kreg(args + " --timeout 2");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("7 candidates, 3 measured, 4 reused"));
+}
+
+// Halving's early rounds are stored as partial measurements: the same sweep
+// again measures nothing it has (its race re-runs only the leaders), and a
+// slim copy of the table leaves them out.
+TEST(TuneTest, AHalvingSweepRunAgainReusesItsEarlyRounds) {
+  const std::string db = Db("halving_again");
+  const std::string args = "tune topk --dims batch=4,n=2000,k=10 --variants heap,radix,sort --strategy halving "
+                           "--no-thread-round --reps 4 --db " + db;
+  Result first = Kreg(args);
+  ASSERT_EQ(first.code, 0) << first.out;
+  absl::StatusOr<TuningDb> table = TuningDb::Load(db);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_EQ(table->size(), 1u);
+  const tuning::Entry& entry = table->proto().entries(0);
+  EXPECT_GT(entry.partial_size(), entry.trials_size());
+  for (const tuning::Trial& t : entry.partial()) EXPECT_LT(t.reps(), 4);
+  std::smatch counts;
+  ASSERT_TRUE(std::regex_search(first.out, counts, std::regex("(\\d+) candidates, \\d+ measured"))) << first.out;
+  const std::string n = counts[1];
+  Result again = Kreg(args);
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_THAT(again.out, HasSubstr(n + " candidates, 0 measured, " + n + " reused"));
+  const std::string slim = Db("halving_again_slim") + ".txtpb";
+  ASSERT_EQ(Kreg("db slim " + db + " " + slim).code, 0);
+  absl::StatusOr<TuningDb> slimmed = TuningDb::Load(slim);
+  ASSERT_TRUE(slimmed.ok()) << slimmed.status();
+  EXPECT_EQ(slimmed->proto().entries(0).partial_size(), 0);
 }
 
 TEST(TuneTest, CtrlCStopsCleanlyAndLeavesAValidTable) {

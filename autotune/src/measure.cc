@@ -149,13 +149,6 @@ Measurement MeasureKernel(const Kernel& kernel, const Config& config, const std:
   }
   std::vector<double> times;
   if (options.reps <= 1) {
-    // The one timed run is a warm one (unless --warmup 0): a kernel's first
-    // run may pay once for what later runs reuse (oneDNN's JIT: 58 ms
-    // against 3.5 ms), and halving would cut it on that.
-    if (options.warmup > 0) {
-      problems[0]->RestoreInOut();
-      if (failed(TimedRun(*prepared[0], options.comm, &first_ns))) return m;
-    }
     if (!ranks.Share(&m, &first_ns)) return m;
     times.push_back(first_ns);
   } else {

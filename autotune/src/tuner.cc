@@ -186,10 +186,17 @@ class Sweep {
     const Candidate& c = candidates_[i];
     const tuning::Config proto_config = ToProtoConfig(*c.kernel, c.config);
     Measurement m;
-    // Resume: a stored result of this (variant, version, config) is reused;
-    // only full measurements and a candidate's own failures are stored.
+    // Resume: a stored result of this (variant, version, config) is reused:
+    // a full measurement or a candidate's own failure, or a partial one (a
+    // halving round's) of at least `reps` runs, or the mark of one in flight
+    // when an MPI job ended.
+    const bool partial = reps < request_.search.reps && !again;
     const tuning::Trial* t =
         again ? nullptr : db_->FindTrial(key_, c.kernel->variant(), c.kernel->version(), proto_config, Threads(c));
+    if (t == nullptr && partial) {
+      t = db_->FindPartial(key_, c.kernel->variant(), c.kernel->version(), proto_config, Threads(c));
+      if (t != nullptr && t->status() == tuning::Trial::OK && t->reps() < reps) t = nullptr;
+    }
     if (t != nullptr && !MayHaveBeenTheEnvironment(*t)) {
       m.status = FromProto(t->status());
       m.median_ns = t->median_ns();
@@ -198,17 +205,25 @@ class Sweep {
       m.reps = reps;
       m.error = t->error();
       Count(i, /*measured=*/false);
+      if (!m.ok() && partial) Record(i, m);  // a partial mark: the crash becomes the candidate's trial
     } else {
       if (request_.comm != nullptr) {
         // Under MPI a crash ends the job: the candidate is recorded as
-        // crashed first, and replaced by its result once it has one.
+        // crashed first, and replaced by its result once it has one (a
+        // partial measurement's mark is a partial one, of as many runs, which
+        // its result replaces).
         tuning::Trial in_flight = NewTrial(c, proto_config);
         in_flight.set_status(tuning::Trial::CRASHED);
         in_flight.set_error("in flight when the MPI job ended (under MPI a crash ends the job)");
         in_flight.set_measured_at(std::time(nullptr));
         in_flight.set_threads(Threads(c));
-        db_->AddTrial(key_, in_flight);
-        Publish(&in_flight);
+        if (partial) {
+          in_flight.set_reps(reps);
+          db_->AddPartial(key_, in_flight);
+        } else {
+          db_->AddTrial(key_, in_flight);
+          Publish(&in_flight);
+        }
         Checkpoint();
       }
       m = runner_->Measure(c.kernel->name(), c.kernel->ConfigPairs(c.config), reps, c.threads);
@@ -223,6 +238,7 @@ class Sweep {
       // later run tries again (under MPI it replaces the in-flight mark).
       const bool full = m.ok() && reps >= request_.search.reps && !again;
       if (full || (!m.ok() && (m.status != TrialStatus::kError || request_.comm != nullptr))) Record(i, m);
+      if (m.ok() && partial) RecordPartial(i, m, reps);
     }
     if (m.ok() && reps >= request_.search.reps) full_[i] = m.median_ns;
     // Progress shows the fastest seen so far, full measurement or not.
@@ -236,6 +252,27 @@ class Sweep {
 
   // Stores measurement `m` of candidate i as its trial, and checkpoints.
   void Record(size_t i, const Measurement& m) {
+    const tuning::Trial trial = TrialOf(i, m);
+    db_->AddTrial(key_, trial);
+    Publish(&trial);
+    Checkpoint();
+  }
+
+  // Stores a measurement below full repetitions (a halving round's) as the
+  // runs asked for, `reps` (a median that settles stops sooner), so a round
+  // that asks as many reuses it; checkpoints at most every two seconds:
+  // there are hundreds, each quick.
+  void RecordPartial(size_t i, const Measurement& m, int reps) {
+    tuning::Trial trial = TrialOf(i, m);
+    trial.set_reps(std::max(m.reps, reps));
+    db_->AddPartial(key_, trial);
+    if (Elapsed() - partial_saved_at_ >= 2.0) {
+      Checkpoint();
+      partial_saved_at_ = Elapsed();
+    }
+  }
+
+  tuning::Trial TrialOf(size_t i, const Measurement& m) const {
     const Candidate& c = candidates_[i];
     tuning::Trial trial = NewTrial(c, ToProtoConfig(*c.kernel, c.config));
     trial.set_median_ns(m.median_ns);
@@ -247,9 +284,7 @@ class Sweep {
     trial.set_measured_at(std::time(nullptr));
     trial.set_threads(Threads(c));
     trial.set_signal(m.signal);
-    db_->AddTrial(key_, trial);
-    Publish(&trial);
-    Checkpoint();
+    return trial;
   }
 
   // Stamps how the entry is tuned (complete or not).
@@ -471,6 +506,7 @@ class Sweep {
   double best_ns_ = 0;
   std::string best_name_;
   absl::Status save_error_;
+  double partial_saved_at_ = 0;  // Elapsed() at the last checkpoint of partial measurements
   std::string error_;
   TuneResult result_;
 };

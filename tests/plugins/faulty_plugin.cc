@@ -6,7 +6,6 @@
 // It declares no op: its one kernel implements op "topk", which the topk
 // plugin declares. Built as test_shadow (FAULTY_VARIANT "sort") it is a
 // third party's topk/sort, shadowing the built-in one.
-#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -40,12 +39,6 @@ kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* h
   if (mode == kKilled) std::raise(SIGKILL);
   while (mode == kHang) std::this_thread::sleep_for(std::chrono::seconds(1));
   if (mode == kSlow) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  // KREG_FAULTY_FIRST_RUN_MS: the first call in a process sleeps that long,
-  // as a kernel that compiles itself on first use.
-  static std::atomic<bool> first{true};
-  if (const char* ms = std::getenv("KREG_FAULTY_FIRST_RUN_MS"); ms != nullptr && first.exchange(false)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
-  }
   return CorrectTopK(a, host, msg, cap, /*reversed=*/mode == kWrong);
 }
 

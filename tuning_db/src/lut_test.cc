@@ -868,6 +868,49 @@ TEST(Recording, MergeKeepsTheNewestMeasurementAndUnionsTheRest) {
   ExpectSame(TuningDb::Merge(m, m), m);
 }
 
+// A halving round's measurements (below full repetitions) are kept apart:
+// found again by a resumed sweep, the one of most repetitions per id, never
+// a winner, carried by merges and files, and left out of slim tables.
+TEST(Recording, PartialMeasurementsAreKeptApartAndNeverAnswer) {
+  auto partial = [](double median_ns, int reps, int64_t measured_at) {
+    tuning::Trial t = Sort("nth_element", median_ns, measured_at);
+    t.set_reps(reps);
+    return t;
+  };
+  TuningDb db;
+  db.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 500));
+  db.AddPartial(Key(8, 1000, 10), partial(100, 2, 10));
+  db.AddPartial(Key(8, 1000, 10), partial(90, 1, 20));   // fewer runs: not kept
+  db.AddPartial(Key(8, 1000, 10), partial(110, 4, 5));   // more runs, though older: kept
+  const tuning::Config nth = Choice("method", "nth_element");
+  const tuning::Trial* found = db.FindPartial(Key(8, 1000, 10), "sort", 1, nth);
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->reps(), 4);
+  EXPECT_EQ(found->median_ns(), 110);
+  EXPECT_EQ(db.FindPartial(Key(8, 1000, 10), "sort", 2, nth), nullptr);  // another version
+  EXPECT_EQ(db.FindPartial(Key(8, 1000, 10), "sort", 1, nth, /*threads=*/1), nullptr);
+  EXPECT_EQ(db.FindTrial(Key(8, 1000, 10), "sort", 1, nth), nullptr);  // not a trial
+  const tuning::Entry* e = db.FindEntry(Key(8, 1000, 10));
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(ConfigText(e->best().config()), "method=partial_sort");  // though slower
+  EXPECT_FALSE(e->has_runner_up());
+
+  TuningDb other;
+  other.AddPartial(Key(8, 1000, 10), partial(105, 8, 1));
+  const TuningDb merged = TuningDb::Merge(db, other);
+  EXPECT_EQ(merged.FindPartial(Key(8, 1000, 10), "sort", 1, nth)->reps(), 8);
+
+  const std::string dir = TempDir("partial");
+  ASSERT_TRUE(merged.Save(dir + "/all.kdb").ok());
+  absl::StatusOr<TuningDb> back = TuningDb::Load(dir + "/all.kdb");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSame(*back, merged);
+  ASSERT_TRUE(merged.Save(dir + "/slim.txtpb", {.best_per_variant = true}).ok());
+  back = TuningDb::Load(dir + "/slim.txtpb");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->FindEntry(Key(8, 1000, 10))->partial_size(), 0);
+}
+
 TEST(Recording, DiffNamesKeysOnlyOnOneSideAndChangedWinners) {
   TuningDb a, b;
   a.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 100));

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <tuple>
 
 #include <sched.h>
 #include <sys/utsname.h>
@@ -601,6 +602,7 @@ absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database database) {
       out.PutTrial(index, t, /*keep_newer=*/true);
       listed.insert(TrialIdOf(t));
     }
+    for (const Trial& t : e.partial()) out.PutPartial(index, t);
     if (e.has_best() && !listed.contains(TrialIdOf(e.best()))) out.PutTrial(index, e.best(), /*keep_newer=*/true);
     if (e.has_runner_up() && !listed.contains(TrialIdOf(e.runner_up()))) {
       out.PutTrial(index, e.runner_up(), /*keep_newer=*/true);
@@ -622,6 +624,7 @@ absl::Status TuningDb::Save(const std::string& path, const SaveOptions& options)
   if (options.winners_only || options.best_per_variant) {
     slim = db_;
     for (tuning::Entry& e : *slim.mutable_entries()) {
+      e.clear_partial();
       if (options.winners_only) {
         e.clear_trials();
         continue;
@@ -739,6 +742,24 @@ void TuningDb::SetTuningInfo(const tuning::ProblemKey& key, absl::string_view to
   e->set_incomplete(!complete);
 }
 
+void TuningDb::AddPartial(const tuning::ProblemKey& key, const Trial& trial) {
+  PutPartial(FindOrAddEntry(key), trial);
+}
+
+void TuningDb::PutPartial(int entry, const Trial& trial) {
+  tuning::Entry& e = *db_.mutable_entries(entry);
+  auto [it, added] = index_[entry].partial.try_emplace(TrialIdOf(trial), e.partial_size());
+  if (added) {
+    *e.add_partial() = trial;
+    return;
+  }
+  // The one of more runs; between as many, the newer, and at the same
+  // second a result over the mark of one in flight.
+  const Trial& old = e.partial(it->second);
+  const auto rank = [](const Trial& t) { return std::make_tuple(t.reps(), t.measured_at(), t.status() == Trial::OK); };
+  if (rank(trial) >= rank(old)) *e.mutable_partial(it->second) = trial;
+}
+
 void TuningDb::PutTrial(int entry, const Trial& trial, bool keep_newer) {
   tuning::Entry& e = *db_.mutable_entries(entry);
   EntryIndex& index = index_[entry];
@@ -819,6 +840,7 @@ void TuningDb::Reindex() {
       index_[i].trials.emplace(id, j);
       index_[i].ids.push_back(std::move(id));
     }
+    for (int j = 0; j < e.partial_size(); ++j) index_[i].partial.emplace(TrialIdOf(e.partial(j)), j);
     RecomputeWinners(i);
   }
   db_.set_entry_count(static_cast<uint64_t>(db_.entries_size()));
@@ -838,8 +860,17 @@ const Trial* TuningDb::FindTrial(const tuning::ProblemKey& key, absl::string_vie
   return it == index.trials.end() ? nullptr : &db_.entries(i).trials(it->second);
 }
 
+const Trial* TuningDb::FindPartial(const tuning::ProblemKey& key, absl::string_view variant,
+                                   uint32_t variant_version, const tuning::Config& config, int threads) const {
+  const int i = FindEntryIndex(key);
+  if (i < 0) return nullptr;
+  const EntryIndex& index = index_[i];
+  auto it = index.partial.find(TrialId(variant, variant_version, config, threads));
+  return it == index.partial.end() ? nullptr : &db_.entries(i).partial(it->second);
+}
+
 int TuningDb::DropStale(const Registry& registry) {
-  int dropped = 0;
+  int dropped = 0, stale_partial = 0;
   for (tuning::Entry& e : *db_.mutable_entries()) {
     auto* trials = e.mutable_trials();
     auto stale = [&](const Trial& t) {
@@ -852,8 +883,14 @@ int TuningDb::DropStale(const Registry& registry) {
     int n = static_cast<int>(trials->end() - keep);
     dropped += n;
     trials->DeleteSubrange(static_cast<int>(keep - trials->begin()), n);
+    auto* partial = e.mutable_partial();
+    auto keep_partial = std::stable_partition(partial->begin(), partial->end(),
+                                              [&](const Trial& t) { return !stale(t); });
+    stale_partial += static_cast<int>(partial->end() - keep_partial);
+    partial->DeleteSubrange(static_cast<int>(keep_partial - partial->begin()),
+                            static_cast<int>(partial->end() - keep_partial));
   }
-  if (dropped > 0) Reindex();
+  if (dropped > 0 || stale_partial > 0) Reindex();
   return dropped;
 }
 
@@ -883,6 +920,7 @@ void TuningDb::MergeFrom(const TuningDb& other) {
     const int index = FindOrAddEntry(theirs.key());
     tuning::Entry* mine = db_.mutable_entries(index);
     for (const Trial& t : theirs.trials()) PutTrial(index, t, /*keep_newer=*/true);
+    for (const Trial& t : theirs.partial()) PutPartial(index, t);
     if (theirs.tuned_at() >= mine->tuned_at()) {
       mine->set_tool_version(theirs.tool_version());
       mine->set_strategy(theirs.strategy());

@@ -22,36 +22,44 @@ kreg=${KREG:-build/release/bin/kreg}
 class=$($kreg machine | sed -n 's/^class *//p')
 out=${1:-tuning_db/tables/$class.txtpb}
 # Every trial goes into this table first: a run that stops (a failure, a
-# kill) resumes where it stopped when started again.
+# kill) resumes when started again, from the first problem it has no
+# finished entry for, and within it from its checkpointed measurements.
 db=build/retune-$class.lut
 mkdir -p build
+tune() {  # OP FLAGS...: one problem, unless the table has its finished entry
+  local query=("${@/--partition/--data-class}")
+  if $kreg query "${query[@]}" --db "$db" --no-shipped --machine strict --json 2>/dev/null |
+      grep -q '"match":"exact","incomplete":false'; then
+    echo "already tuned: $*"
+    return
+  fi
+  $kreg tune "$@" --db "$db" --strategy halving --budget 60 --timeout 20
+}
 for d in batch=128,n=201088,k=64 batch=32,n=201088,k=64 batch=8,n=201088,k=64 batch=1,n=201088,k=64 \
          batch=64,n=32768,k=2048 batch=64,n=32768,k=256 batch=64,n=32768,k=16 batch=1,n=1000000,k=100 \
          batch=16,n=4096,k=8 batch=16,n=4096,k=512 batch=128,n=32000,k=50 batch=32,n=128000,k=8; do
-  $kreg tune topk --dims $d --db "$db" --strategy halving --budget 60 --timeout 20
+  tune topk --dims $d
 done
 for d in batch=128,n=201088,k=64 batch=64,n=32768,k=2048 batch=1,n=1000000,k=100; do
-  $kreg tune topk --dims $d --dtype bf16 --db "$db" --strategy halving --budget 60 --timeout 20
+  tune topk --dims $d --dtype bf16
 done
 for op in gmm tgmm; do
   for d in m=8192,k=2048,n=1024,groups=8 m=4096,k=2048,n=1024,groups=64 m=2048,k=1024,n=4096,groups=32; do
     for p in balanced skewed; do
-      $kreg tune $op --dims $d --partition $p --db "$db" --strategy halving --budget 60 --timeout 20
+      tune $op --dims $d --partition $p
     done
   done
-  $kreg tune $op --dims m=8192,k=2048,n=1024,groups=8 --partition balanced --dtype bf16 --db "$db" \
-      --strategy halving --budget 60 --timeout 20
-  $kreg tune $op --dims m=4096,k=2048,n=1024,groups=64 --partition skewed --dtype bf16 --db "$db" \
-      --strategy halving --budget 60 --timeout 20
+  tune $op --dims m=8192,k=2048,n=1024,groups=8 --partition balanced --dtype bf16
+  tune $op --dims m=4096,k=2048,n=1024,groups=64 --partition skewed --dtype bf16
 done
 for op in allreduce allgather reduce_scatter; do
   for ranks in 2 4; do
     for count in 4096 262144 4194304; do
-      $kreg tune $op --ranks $ranks --dims count=$count --db "$db" --strategy halving --budget 60 --timeout 20
+      tune $op --ranks $ranks --dims count=$count
     done
   done
 done
-$kreg tune sharded_matmul --mesh 2x1 --ranks 2 --dims m=512,k=512,n=512 --db "$db" --strategy halving --budget 60 --timeout 20
+tune sharded_matmul --mesh 2x1 --ranks 2 --dims m=512,k=512,n=512
 $kreg db slim "$db" "$out"
 rm -f "$db" "$db.lock" "$out.lock"
 echo "wrote $out"

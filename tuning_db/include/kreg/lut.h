@@ -201,11 +201,20 @@ class TuningDb {
   // `threads`: the trial's chosen thread count (0: all cores).
   const tuning::Trial* FindTrial(const tuning::ProblemKey& key, absl::string_view variant,
                                  uint32_t variant_version, const tuning::Config& config, int threads = 0) const;
+  // Records a measurement below full repetitions (the entry's `partial`:
+  // never an answer), unless one of the same id with more repetitions is
+  // there.
+  void AddPartial(const tuning::ProblemKey& key, const tuning::Trial& trial);
+  // The partial measurement of (variant, version, config, threads) for
+  // `key`, or nullptr. Valid until this database is next modified.
+  const tuning::Trial* FindPartial(const tuning::ProblemKey& key, absl::string_view variant,
+                                   uint32_t variant_version, const tuning::Config& config, int threads = 0) const;
   // The entry for `key`, or nullptr. Valid until this database is modified.
   const tuning::Entry* FindEntry(const tuning::ProblemKey& key) const;
-  // Removes trials whose variant is registered in `registry` with another
-  // version (trials of variants not registered there are kept, their plugin
-  // may just not be loaded). Returns how many were removed.
+  // Removes trials (and partial measurements) whose variant is registered
+  // in `registry` with another version (those of variants not registered
+  // there are kept, their plugin may just not be loaded). Returns how many
+  // trials were removed.
   int DropStale(const Registry& registry);
 
   // ---- Combining
@@ -236,6 +245,7 @@ class TuningDb {
  private:
   struct EntryIndex {
     absl::flat_hash_map<std::string, int> trials;  // trial id -> index in trials
+    absl::flat_hash_map<std::string, int> partial;  // trial id -> index in partial
     std::vector<std::string> ids;                  // index -> trial id
     int best = -1, runner_up = -1;                 // indices into trials
   };
@@ -248,6 +258,10 @@ class TuningDb {
   int FindEntryIndex(const tuning::ProblemKey& key) const;
   // Upserts; `keep_newer` keeps an existing trial that was measured later.
   void PutTrial(int entry, const tuning::Trial& trial, bool keep_newer);
+  // Adds or replaces the entry's partial measurement of the same id: the
+  // one of more repetitions; on a tie the newer; at the same second, an OK
+  // one over a failure (the mark of one in flight under MPI).
+  void PutPartial(int entry, const tuning::Trial& trial);
   void RecomputeWinners(int entry);
   void SyncWinners(int entry);
   void Reindex();
