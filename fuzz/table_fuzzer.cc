@@ -33,6 +33,8 @@ constexpr int kMaxQueries = 8;
 void Exercise(const TuningDb& db) {
   (void)db.ToText();
   (void)db.Summary();
+  (void)db.ToJson();
+  (void)db.ToCsv();
   KREG_FUZZ_CHECK(TuningDb::Diff(db, db).empty());
   TuningDb merged = db;
   merged.MergeFrom(db);

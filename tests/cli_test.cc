@@ -406,7 +406,7 @@ TEST(CliTest, EveryCommandHasItsOwnHelpPage) {
       {"query", {"--dims NAME=V,...", "--db FILE", "--dtype TYPE", "--data-class TEXT"}},
       {"db", {"show", "export", "merge", "diff", "slim"}},
       {"db show", {"FILE"}},
-      {"db export", {"FILE"}},
+      {"db export", {"FILE", "--csv"}},
       {"db merge", {"OUT", "IN"}},
       {"db diff", {"A", "B", "Exits 0 when the winners agree"}},
       {"db slim", {"IN", "OUT"}},

@@ -864,5 +864,79 @@ TEST(TuneTest, DbSlimKeepsEachVariantsFastestTrialPerChoice) {
   EXPECT_EQ(r.code, 2) << r.out;
 }
 
+// A CSV line's fields (RFC 4180 quoting).
+std::vector<std::string> CsvFields(const std::string& line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      fields.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+// `db export --json` is protobuf's JSON mapping of the whole table; `--csv`
+// one row per trial (partial measurements left out), quoted where a field
+// holds a comma or a quote, so pandas or a spreadsheet reads it back.
+TEST(TuneTest, DbExportWritesJsonAndCsv) {
+  const tuning::ProblemKey key = MakeProblemKey("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}}, "m1");
+  TuningDb db;
+  db.AddTrial(key, MakeTrial("sort", "partial_sort", 100));
+  tuning::Trial radix = MakeTrial("radix", "", 0, tuning::Trial::CRASHED);
+  tuning::ParamValue* schedule = radix.mutable_config()->add_params();
+  schedule->set_name("m_schedule");
+  schedule->mutable_list_value()->add_values(5);
+  schedule->mutable_list_value()->add_values(8);
+  radix.set_error("killed by \"signal\" 9, twice");
+  db.AddTrial(key, radix);
+  db.AddPartial(key, MakeTrial("heap", "", 50));
+  const std::string in = Db("export");
+  ASSERT_TRUE(db.Save(in).ok());
+
+  Result r = Kreg("db export " + in + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json json = nlohmann::json::parse(r.stdout_text);
+  ASSERT_EQ(json["entries"].size(), 1u);
+  EXPECT_EQ(json["entries"][0]["key"]["op"], "topk");
+  EXPECT_EQ(json["entries"][0]["trials"].size(), 2u);
+  EXPECT_EQ(json["entries"][0]["partial"].size(), 1u);
+  EXPECT_EQ(json["entries"][0]["best"]["variant"], "sort");
+
+  r = Kreg("db export " + in + " --csv");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<std::string> lines = absl::StrSplit(r.stdout_text, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u) << r.stdout_text;  // the header and two trials
+  const std::vector<std::string> header = CsvFields(lines[0]);
+  EXPECT_EQ(header.front(), "op");
+  EXPECT_EQ(header.size(), 17u);
+  std::map<std::string, std::map<std::string, std::string>> rows;  // variant -> column -> value
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::vector<std::string> fields = CsvFields(lines[i]);
+    ASSERT_EQ(fields.size(), header.size()) << lines[i];
+    for (size_t c = 0; c < fields.size(); ++c) rows[fields[5]][header[c]] = fields[c];
+  }
+  EXPECT_EQ(rows["sort"]["dims"], "batch=8,n=1000,k=10");
+  EXPECT_EQ(rows["sort"]["params"], "method=partial_sort");
+  EXPECT_EQ(rows["sort"]["status"], "OK");
+  EXPECT_EQ(rows["sort"]["median_ns"], "100");
+  EXPECT_EQ(rows["radix"]["params"], "m_schedule=5,8");
+  EXPECT_EQ(rows["radix"]["status"], "CRASHED");
+  EXPECT_EQ(rows["radix"]["error"], "killed by \"signal\" 9, twice");
+  EXPECT_EQ(rows.count("heap"), 0u);
+
+  r = Kreg("db export " + in + " --json --csv");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.out, HasSubstr("give --json or --csv, not both"));
+}
+
 }  // namespace
 }  // namespace kreg

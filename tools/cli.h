@@ -37,6 +37,7 @@ struct Flags {
   std::string target;               // run: OP/VARIANT or OP; tune, query: OP
   std::string file_a, file_b;       // db: FILE, IN, OUT, A, B
   std::vector<std::string> files;   // db merge: IN...
+  bool csv = false;                 // db export: CSV instead of protobuf text
 
   // The problem.
   std::vector<std::string> dims;    // one problem per --dims

@@ -768,7 +768,7 @@ int Main(int argc, char** argv) {
                  "colon-separated plugin files or folders, searched before KREG_PLUGIN_PATH and the installed "
                  "plugin folder")
       ->option_text("PATHS");
-  app.add_flag("--json", f.json, "print JSON records instead of text (list, run, tune, query)");
+  app.add_flag("--json", f.json, "print JSON records instead of text (list, run, tune, query, db export)");
   help->Set(&app, {"kreg [--plugin-path PATHS] [--json] COMMAND [ARGS] [FLAGS]\nkreg help COMMAND",
                    "kreg loads kernel plugins, runs and checks any kernel, tunes every variant's parameters into a "
                    "tuning table, and answers from the table which kernel to run for a problem on this machine.",
@@ -942,11 +942,18 @@ int Main(int argc, char** argv) {
                                         "its median time, the runner-up and the number of trials.",
                    "kreg db show topk.lut"});
   show->add_option("FILE", f.file_a, "the table")->required();
-  CLI::App* exp = db->add_subcommand("export", "the whole table in protobuf text format");
+  CLI::App* exp = db->add_subcommand("export", "the whole table in protobuf text format, JSON or CSV");
   exp->set_help_flag("-h,--help", "print this help");
-  help->Set(exp, {"kreg db export FILE", "Prints the whole table, every trial included, in protobuf text format.",
-                  "kreg db export topk.lut > topk.txtpb"});
+  help->Set(exp, {"kreg db export FILE [--json | --csv]",
+                  "Prints the whole table, every trial included: in protobuf text format; with --json in protobuf's "
+                  "JSON mapping (field names as in tuning_db/kreg_tuning.proto); with --csv one row per trial under "
+                  "a header naming the columns (the problem's op, dtype, dims, data class and machine; the trial's "
+                  "variant, version, params, threads, status, times, repetitions, when measured and error), for "
+                  "pandas or a spreadsheet.",
+                  "kreg db export topk.lut > topk.txtpb\nkreg db export topk.lut --csv > topk.csv\n"
+                  "kreg db export topk.lut --json | jq '.entries | length'"});
   exp->add_option("FILE", f.file_a, "the table")->required();
+  exp->add_flag("--csv", f.csv, "one CSV row per trial");
   CLI::App* merge = db->add_subcommand("merge", "the union of tables, merged into OUT");
   merge->set_help_flag("-h,--help", "print this help");
   help->Set(merge, {"kreg db merge OUT IN...",
@@ -1032,7 +1039,8 @@ int Main(int argc, char** argv) {
     std::cerr << HelpOf(*help, &app);
     return 2;
   }
-  if (f.json && (f.command.rfind("db", 0) == 0)) {
+  if (f.json && f.csv) return Fail(f.command, "give --json or --csv, not both", 2);
+  if (f.json && f.command.rfind("db", 0) == 0 && f.command != "db export") {
     return Fail(f.command, absl::StrCat("--json does not apply to 'kreg ", f.command, "'"), 2);
   }
 

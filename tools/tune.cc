@@ -347,7 +347,10 @@ absl::StatusOr<int> Db(const Flags& flags) {
   if (verb == "db show" || verb == "db export") {
     absl::StatusOr<TuningDb> db = LoadTable(flags, flags.file_a);
     if (!db.ok()) return db.status();
-    std::cout << ValidUtf8(verb == "db show" ? db->Summary() : db->ToText());
+    std::cout << ValidUtf8(verb == "db show" ? db->Summary()
+                           : flags.json   ? db->ToJson()
+                           : flags.csv    ? db->ToCsv()
+                                          : db->ToText());
     return 0;
   }
   if (verb == "db merge") {

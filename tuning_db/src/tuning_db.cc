@@ -25,6 +25,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
 #include "kreg/lut.h"
 #include "kreg/text.h"
 
@@ -970,6 +971,46 @@ std::string TuningDb::ToText() const {
   std::string text;
   google::protobuf::TextFormat::PrintToString(db_, &text);
   return text;
+}
+
+std::string TuningDb::ToJson() const {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  // Cannot fail: the message is valid and has no Any fields to resolve.
+  (void)google::protobuf::util::MessageToJsonString(db_, &json, options);
+  return json;
+}
+
+namespace {
+
+// A CSV field (RFC 4180): quoted where it holds a comma, a quote or a line
+// break, its quotes doubled.
+std::string CsvField(absl::string_view v) {
+  if (v.find_first_of(",\"\r\n") == absl::string_view::npos) return std::string(v);
+  return absl::StrCat("\"", absl::StrReplaceAll(v, {{"\"", "\"\""}}), "\"");
+}
+
+}  // namespace
+
+std::string TuningDb::ToCsv() const {
+  std::string out =
+      "op,dtype,dims,data_class,machine,variant,version,params,threads,status,median_ns,min_ns,max_ns,"
+      "relative_iqr,reps,measured_at,error\n";
+  for (const tuning::Entry& e : db_.entries()) {
+    const tuning::ProblemKey& k = e.key();
+    const std::string key = absl::StrJoin({CsvField(k.op()), CsvField(k.dtype()), CsvField(DimsString(KeyDims(k))),
+                                           CsvField(k.data_class()), CsvField(k.machine_id())}, ",");
+    for (const Trial& t : e.trials()) {
+      absl::StrAppend(&out, key, ",", CsvField(t.variant()), ",", t.variant_version(), ",",
+                      CsvField(ConfigText(t.config())), ",", t.threads(), ",", Trial::Status_Name(t.status()), ",",
+                      absl::StrFormat("%.17g,%.17g,%.17g,%.17g", t.median_ns(), t.min_ns(), t.max_ns(),
+                                      t.relative_iqr()),
+                      ",", t.reps(), ",", t.measured_at(), ",", CsvField(t.error()), "\n");
+    }
+  }
+  return out;
 }
 
 std::string TuningDb::Summary() const {

@@ -238,6 +238,14 @@ class TuningDb {
   size_t size() const { return static_cast<size_t>(db_.entries_size()); }
   // Protobuf text format.
   std::string ToText() const;
+  // Protobuf's JSON mapping (field names as in the .proto), for programs.
+  std::string ToJson() const;
+  // One CSV row per trial, with a header (for pandas or a spreadsheet): the
+  // key (op, dtype, dims, data_class, machine), variant, version, params
+  // (as `kreg db show` prints them), threads, status, median_ns, min_ns,
+  // max_ns, relative_iqr, reps, measured_at (Unix seconds), error.
+  // Partial measurements are not trials and are left out.
+  std::string ToCsv() const;
   // One line per entry, sorted: "KEY -> variant vN params  median (runner-up
   // variant median, T trials)".
   std::string Summary() const;
