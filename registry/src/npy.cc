@@ -332,8 +332,9 @@ absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes, absl::string_view name)
   if (!layout.ok()) return layout.status();
   const size_t available = bytes.size() - layout->data_offset;
   if (available < layout->data_bytes) return Truncated(name, *layout, available);
-  Tensor t(layout->dtype, layout->shape);
-  if (t.nbytes() > 0) std::memcpy(t.data(), bytes.data() + layout->data_offset, t.nbytes());
+  absl::StatusOr<Tensor> t = Tensor::Make(layout->dtype, layout->shape);
+  if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat(name, ": ", t.status().message()));
+  if (t->nbytes() > 0) std::memcpy(t->data(), bytes.data() + layout->data_offset, t->nbytes());
   return t;
 }
 
@@ -369,7 +370,9 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
   const size_t size = static_cast<size_t>(st.st_size);
   const size_t available = size > layout->data_offset ? size - layout->data_offset : 0;
   if (available < layout->data_bytes) return Truncated(path, *layout, available);
-  Tensor t(layout->dtype, layout->shape);
+  absl::StatusOr<Tensor> made = Tensor::Make(layout->dtype, layout->shape);
+  if (!made.ok()) return absl::Status(made.status().code(), absl::StrCat(path, ": ", made.status().message()));
+  Tensor& t = *made;
   char* data = static_cast<char*>(t.data());
   const size_t from_head = std::min(extra.size(), t.nbytes());
   if (from_head > 0) std::memcpy(data, extra.data(), from_head);
@@ -378,7 +381,7 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
   if (from_head + static_cast<size_t>(got) < t.nbytes()) {
     return Truncated(path, *layout, from_head + static_cast<size_t>(got));  // the file shrank
   }
-  return t;
+  return made;
 }
 
 absl::Status WriteNpy(const std::string& path, const Tensor& t) {

@@ -33,6 +33,28 @@ TEST(NpyTest, RoundTripsEveryDtypeAndRank) {
   }
 }
 
+// Tensor::Make is how the library makes a tensor: a status, never an
+// exception, for a negative dimension, a size that overflows or memory that
+// runs out.
+TEST(TensorTest, MakeReturnsAStatusWhereTheConstructorWouldThrow) {
+  absl::StatusOr<Tensor> t = Tensor::Make(DType::kBF16, {3, 5});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->nbytes(), 30u);
+  EXPECT_EQ(t->GuardDamage(), 0u);
+  for (int64_t i = 0; i < t->numel(); ++i) EXPECT_EQ(t->GetAsDouble(i), 0.0);
+  EXPECT_EQ(t->dl()->shape[1], 5);
+  absl::StatusOr<Tensor> negative = Tensor::Make(DType::kF32, {2, -1});
+  EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(negative.status().message()), HasSubstr("[2, -1]"));
+  absl::StatusOr<Tensor> overflow = Tensor::Make(DType::kF32, {int64_t{1} << 40, int64_t{1} << 40});
+  EXPECT_EQ(overflow.status().code(), absl::StatusCode::kResourceExhausted);
+  // A size that fits size_t but no machine's memory (1 PiB).
+  absl::StatusOr<Tensor> huge = Tensor::Make(DType::kF32, {int64_t{1} << 48});
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(huge.status().message()), HasSubstr("cannot allocate"));
+  EXPECT_THROW(Tensor(DType::kF32, {int64_t{1} << 48}), std::bad_alloc);
+}
+
 TEST(NpyTest, DataIsAlignedTo64Bytes) {
   Tensor t(DType::kF32, {2, 2});
   ASSERT_TRUE(WriteNpy(Path("align.npy"), t).ok());

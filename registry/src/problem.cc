@@ -422,29 +422,33 @@ absl::Status Problem::RunReference(ReferenceInputs inputs, std::vector<std::opti
   out->assign(tensors_.size(), std::nullopt);
   std::vector<std::optional<Tensor>> changed_inputs(tensors_.size());
   std::vector<DLTensor*> pointers = pointers_;
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    if (!tensors_[i]) continue;
-    const kreg_role role = op_->tensors()[i].role;
-    if (role != KREG_ROLE_IN) {
-      (*out)[i] = initial_[i] ? *initial_[i] : Tensor(tensors_[i]->dtype(), tensors_[i]->shape());
-      pointers[i] = (*out)[i]->dl();
-    }
-    const DType dtype = tensors_[i]->dtype();
-    if (role == KREG_ROLE_OUT) continue;
-    if (inputs == ReferenceInputs::kMagnitudes && (dtype == DType::kF32 || dtype == DType::kBF16)) {
-      Tensor& t = role == KREG_ROLE_IN ? changed_inputs[i].emplace(*tensors_[i]) : *(*out)[i];
-      char* bytes = static_cast<char*>(t.data());
-      const size_t esize = DTypeSize(dtype);
-      for (int64_t e = 0; e < t.numel(); ++e) bytes[e * esize + esize - 1] &= 0x7f;  // little-endian sign bit
-      pointers[i] = t.dl();
-    } else if (inputs == ReferenceInputs::kBf16SubnormalsZero && role == KREG_ROLE_IN && dtype == DType::kBF16) {
-      Tensor& t = changed_inputs[i].emplace(*tensors_[i]);
-      uint16_t* bits = t.data_as<uint16_t>();
-      for (int64_t e = 0; e < t.numel(); ++e) {
-        if ((bits[e] & 0x7f80) == 0) bits[e] &= 0x8000;  // a subnormal (or zero) becomes zero of its sign
+  try {  // the copies are the problem's size again
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      if (!tensors_[i]) continue;
+      const kreg_role role = op_->tensors()[i].role;
+      if (role != KREG_ROLE_IN) {
+        (*out)[i] = initial_[i] ? *initial_[i] : Tensor(tensors_[i]->dtype(), tensors_[i]->shape());
+        pointers[i] = (*out)[i]->dl();
       }
-      pointers[i] = t.dl();
+      const DType dtype = tensors_[i]->dtype();
+      if (role == KREG_ROLE_OUT) continue;
+      if (inputs == ReferenceInputs::kMagnitudes && (dtype == DType::kF32 || dtype == DType::kBF16)) {
+        Tensor& t = role == KREG_ROLE_IN ? changed_inputs[i].emplace(*tensors_[i]) : *(*out)[i];
+        char* bytes = static_cast<char*>(t.data());
+        const size_t esize = DTypeSize(dtype);
+        for (int64_t e = 0; e < t.numel(); ++e) bytes[e * esize + esize - 1] &= 0x7f;  // little-endian sign bit
+        pointers[i] = t.dl();
+      } else if (inputs == ReferenceInputs::kBf16SubnormalsZero && role == KREG_ROLE_IN && dtype == DType::kBF16) {
+        Tensor& t = changed_inputs[i].emplace(*tensors_[i]);
+        uint16_t* bits = t.data_as<uint16_t>();
+        for (int64_t e = 0; e < t.numel(); ++e) {
+          if ((bits[e] & 0x7f80) == 0) bits[e] &= 0x8000;  // a subnormal (or zero) becomes zero of its sign
+        }
+        pointers[i] = t.dl();
+      }
     }
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(op_->name(), ": out of memory for the reference's copies"));
   }
   kreg_args args = args_;
   args.tensors = pointers.data();

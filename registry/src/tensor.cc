@@ -82,14 +82,30 @@ absl::StatusOr<size_t> CheckedBytes(DType dtype, const std::vector<int64_t>& sha
   return total;
 }
 
-Tensor::Tensor(DType dtype, std::vector<int64_t> shape)
-    : dtype_(dtype), shape_(std::move(shape)) {
+absl::StatusOr<Tensor> Tensor::Make(DType dtype, std::vector<int64_t> shape) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  if (absl::Status s = t.Allocate(); !s.ok()) return s;
+  return t;
+}
+
+Tensor::Tensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+  if (!Allocate().ok()) throw std::bad_alloc();
+}
+
+absl::Status Tensor::Allocate() {
   absl::StatusOr<size_t> bytes = CheckedBytes(dtype_, shape_);
-  if (!bytes.ok()) throw std::bad_alloc();
+  if (!bytes.ok()) return absl::Status(bytes.status().code(), absl::StrCat("tensor ", ShapeString(), ": ",
+                                                                             bytes.status().message()));
   const size_t rounded = (*bytes + 63) / 64 * 64 + (*bytes == 0 ? 64 : 0);
-  if (rounded > std::numeric_limits<size_t>::max() - kGuardBytes) throw std::bad_alloc();
-  void* p = std::aligned_alloc(64, rounded + kGuardBytes);
-  if (p == nullptr) throw std::bad_alloc();
+  void* p = rounded > std::numeric_limits<size_t>::max() - kGuardBytes
+                ? nullptr
+                : std::aligned_alloc(64, rounded + kGuardBytes);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("tensor ", ShapeString(), ": cannot allocate ", *bytes,
+                                                     " bytes"));
+  }
   std::memset(p, 0, *bytes);
   std::memset(static_cast<unsigned char*>(p) + *bytes, kGuardByte, rounded + kGuardBytes - *bytes);
   data_.reset(static_cast<unsigned char*>(p));
@@ -101,6 +117,7 @@ Tensor::Tensor(DType dtype, std::vector<int64_t> shape)
   dl_.shape = shape_.data();
   dl_.strides = nullptr;
   dl_.byte_offset = 0;
+  return absl::OkStatus();
 }
 
 Tensor::Tensor(const Tensor& other) : Tensor(other.dtype_, other.shape_) {

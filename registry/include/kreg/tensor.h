@@ -51,9 +51,13 @@ absl::StatusOr<size_t> CheckedBytes(DType dtype, const std::vector<int64_t>& sha
 class Tensor {
  public:
   Tensor() = default;
-  // Zero-filled tensor. REQUIRES: every dimension >= 0. Throws
-  // std::bad_alloc when memory runs out or the size overflows (check sizes
-  // from untrusted input with CheckedBytes first).
+  // A zero-filled tensor: InvalidArgument for a negative dimension,
+  // ResourceExhausted when the size overflows or memory runs out. What the
+  // library itself uses; nothing of it throws.
+  static absl::StatusOr<Tensor> Make(DType dtype, std::vector<int64_t> shape);
+  // The same as a constructor, for sizes known to be sound: throws
+  // std::bad_alloc where Make returns an error, as a standard container
+  // does (and so does copying).
   Tensor(DType dtype, std::vector<int64_t> shape);
 
   Tensor(Tensor&&) noexcept = default;
@@ -104,6 +108,9 @@ class Tensor {
   struct Free {
     void operator()(void* p) const;
   };
+  // Allocates and zero-fills the data for dtype_ and shape_, and points dl_
+  // at it.
+  absl::Status Allocate();
   DType dtype_ = DType::kF32;
   std::vector<int64_t> shape_;
   std::unique_ptr<unsigned char[], Free> data_;

@@ -70,8 +70,12 @@ inline absl::Status Prepare(const Tensor& input, int64_t k, const TopKOptions& o
     return absl::InvalidArgumentError(
         absl::StrCat("topk: k=", k, " is not within [0, n=", n, "]"));
   }
-  result->values = Tensor(input.dtype(), {batch, k});
-  result->indices = Tensor(DType::kI32, {batch, k});
+  absl::StatusOr<Tensor> values = Tensor::Make(input.dtype(), {batch, k});
+  if (!values.ok()) return values.status();
+  absl::StatusOr<Tensor> indices = Tensor::Make(DType::kI32, {batch, k});
+  if (!indices.ok()) return indices.status();
+  result->values = *std::move(values);
+  result->indices = *std::move(indices);
   // Inputs are only read (kreg_args' contract); the ABI's pointers are not const.
   auto in = [](const Tensor* t) { return t == nullptr ? nullptr : const_cast<DLTensor*>(t->dl()); };
   call->tensors[0] = in(&input);
