@@ -193,9 +193,11 @@ class Sweep {
     const bool partial = reps < request_.search.reps && !again;
     const tuning::Trial* t =
         again ? nullptr : db_->FindTrial(key_, c.kernel->variant(), c.kernel->version(), proto_config, Threads(c));
+    bool from_partial = false;
     if (t == nullptr && partial) {
       t = db_->FindPartial(key_, c.kernel->variant(), c.kernel->version(), proto_config, Threads(c));
       if (t != nullptr && t->status() == tuning::Trial::OK && t->reps() < reps) t = nullptr;
+      from_partial = t != nullptr;
     }
     if (t != nullptr && !MayHaveBeenTheEnvironment(*t)) {
       m.status = FromProto(t->status());
@@ -205,7 +207,7 @@ class Sweep {
       m.reps = reps;
       m.error = t->error();
       Count(i, /*measured=*/false);
-      if (!m.ok() && partial) Record(i, m);  // a partial mark: the crash becomes the candidate's trial
+      if (!m.ok() && from_partial) Record(i, m);  // an in-flight mark: the crash becomes the candidate's trial
     } else {
       if (request_.comm != nullptr) {
         // Under MPI a crash ends the job: the candidate is recorded as

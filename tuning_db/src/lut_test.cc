@@ -945,9 +945,14 @@ TEST_F(Stale, DropStaleRemovesOnlyChangedVariantsTrials) {
   db.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 100, 1, /*version=*/7));
   db.AddTrial(Key(8, 1000, 10), Sort("nth_element", 200));
   db.AddTrial(Key(8, 1000, 10), MakeTrial("unloaded", tuning::Config(), 50, 1, 3));
-  EXPECT_EQ(db.DropStale(*registry_), 1);
+  db.AddPartial(Key(8, 1000, 10), Sort("partial_sort", 90, 1, /*version=*/7));  // stale too
+  db.AddPartial(Key(8, 1000, 10), Sort("nth_element", 190));
+  EXPECT_EQ(db.DropStale(*registry_), 1);  // trials
   const tuning::Entry* e = db.FindEntry(Key(8, 1000, 10));
   EXPECT_EQ(e->trials_size(), 2);
+  EXPECT_EQ(e->partial_size(), 1);
+  EXPECT_EQ(db.FindPartial(Key(8, 1000, 10), "sort", 7, Choice("method", "partial_sort")), nullptr);
+  EXPECT_NE(db.FindPartial(Key(8, 1000, 10), "sort", 1, Choice("method", "nth_element")), nullptr);
   EXPECT_EQ(e->best().variant(), "unloaded");
   EXPECT_EQ(e->runner_up().median_ns(), 200);
   EXPECT_NE(db.FindTrial(Key(8, 1000, 10), "sort", 1, Choice("method", "nth_element")), nullptr);

@@ -873,23 +873,20 @@ const Trial* TuningDb::FindPartial(const tuning::ProblemKey& key, absl::string_v
 int TuningDb::DropStale(const Registry& registry) {
   int dropped = 0, stale_partial = 0;
   for (tuning::Entry& e : *db_.mutable_entries()) {
-    auto* trials = e.mutable_trials();
     auto stale = [&](const Trial& t) {
       absl::StatusOr<std::shared_ptr<const Kernel>> k =
           registry.Get(absl::StrCat(e.key().op(), "/", t.variant()));
       return k.ok() && (*k)->version() != t.variant_version();
     };
-    auto keep = std::stable_partition(trials->begin(), trials->end(),
-                                      [&](const Trial& t) { return !stale(t); });
-    int n = static_cast<int>(trials->end() - keep);
-    dropped += n;
-    trials->DeleteSubrange(static_cast<int>(keep - trials->begin()), n);
-    auto* partial = e.mutable_partial();
-    auto keep_partial = std::stable_partition(partial->begin(), partial->end(),
-                                              [&](const Trial& t) { return !stale(t); });
-    stale_partial += static_cast<int>(partial->end() - keep_partial);
-    partial->DeleteSubrange(static_cast<int>(keep_partial - partial->begin()),
-                            static_cast<int>(partial->end() - keep_partial));
+    // Removes the stale ones of `list`; returns how many.
+    auto drop = [&](google::protobuf::RepeatedPtrField<Trial>* list) {
+      auto keep = std::stable_partition(list->begin(), list->end(), [&](const Trial& t) { return !stale(t); });
+      const int n = static_cast<int>(list->end() - keep);
+      list->DeleteSubrange(static_cast<int>(keep - list->begin()), n);
+      return n;
+    };
+    dropped += drop(e.mutable_trials());
+    stale_partial += drop(e.mutable_partial());
   }
   if (dropped > 0 || stale_partial > 0) Reindex();
   return dropped;
