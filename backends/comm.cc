@@ -127,6 +127,9 @@ absl::StatusOr<std::unique_ptr<Comm>> LoadMpiComm(const CommOptions& options) {
   } else {
     std::error_code ec;
     const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!InstallPrefix().empty()) {
+      candidates.push_back(absl::StrCat(InstallPrefix(), "/", KREG_INSTALL_BACKEND_SUBDIR, "/kreg_mpi.so"));
+    }
     if (!ec) candidates.push_back((exe.parent_path().parent_path() / "lib/kreg/backends/kreg_mpi.so").string());
     candidates.push_back(KREG_INSTALL_BACKEND_DIR "/kreg_mpi.so");
   }

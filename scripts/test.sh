@@ -2,19 +2,23 @@
 # Builds kreg and passes its tests on a fresh Debian 12 machine: installs
 # what is missing, configures, builds and runs every CTest suite, runs each
 # fuzzer for a minute under ASan and UBSan (the asan preset, clang), then
-# installs kreg into a scratch prefix and builds and runs the
+# installs kreg into a scratch prefix, moves it, and builds and runs the
 # find_package(kreg) examples against it: a program, and a plugin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 cmake --workflow --preset release
 cmake --workflow --preset fuzz
+# The package is relocatable: installed to one prefix and moved to another,
+# the program built against it finds the plugins and tables beside the
+# library, with no --plugin-path.
 prefix=$PWD/build/release/_install
-rm -rf "$prefix"
-cmake --install build/release --prefix "$prefix" >/dev/null
+rm -rf "$prefix" "$prefix.staged"
+cmake --install build/release --prefix "$prefix.staged" >/dev/null
+mv "$prefix.staged" "$prefix"
 cmake -S examples -B build/example -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build build/example
-build/example/topk_example --plugin-path "$prefix/lib/kreg/plugins" --db "$prefix/share/kreg/tables/amd-epyc-avx2-2c.txtpb"
+build/example/topk_example --db "$prefix/share/kreg/tables/amd-epyc-avx2-2c.txtpb"
 # A plugin built outside the tree against the installed package (the ABI
 # alone), listed and run by the installed kreg.
 cmake -S examples/plugin -B build/plugin_example -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null

@@ -329,6 +329,11 @@ absl::StatusOr<std::vector<std::string>> FindWorker() {
     return false;
   };
   std::string found;
+  // Beside kreg's library, wherever the prefix was moved.
+  if (!InstallPrefix().empty()) {
+    const std::string beside = absl::StrCat(InstallPrefix(), "/", KREG_WORKER_SUBDIR, "/kreg-worker");
+    if (look(beside)) return std::vector{beside};
+  }
   // The binary or shared object holding this code: a Python extension, the
   // kreg binary (whose dli_fname is then argv[0], resolved against the
   // working directory as long as it holds a '/'). Its real path first, so a

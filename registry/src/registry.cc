@@ -27,6 +27,9 @@
 #ifndef KREG_INSTALL_PLUGIN_DIR
 #define KREG_INSTALL_PLUGIN_DIR ""
 #endif
+#ifndef KREG_INSTALL_LIBDIR  // relative to the prefix
+#define KREG_INSTALL_LIBDIR "lib"
+#endif
 
 namespace kreg {
 
@@ -607,15 +610,35 @@ absl::Status Registry::LoadPlugin(const std::string& path) {
   return refused.empty() ? absl::OkStatus() : refused.front();
 }
 
+const std::string& InstallPrefix() {
+  static const std::string* prefix = [] {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&InstallPrefix), &info) == 0 || info.dli_fname == nullptr) {
+      return new std::string();
+    }
+    std::error_code ec;
+    fs::path dir = fs::canonical(info.dli_fname, ec).parent_path();
+    if (ec) return new std::string();
+    // Up one folder per component of the library folder ("lib",
+    // "lib/x86_64-linux-gnu").
+    for (fs::path part : fs::path(KREG_INSTALL_LIBDIR)) {
+      if (!part.empty() && part != ".") dir = dir.parent_path();
+    }
+    return new std::string(dir.string());
+  }();
+  return *prefix;
+}
+
 std::vector<std::string> Registry::DefaultDirs() {
   std::vector<std::string> dirs;
+  auto add = [&dirs](std::string dir) {
+    if (!dir.empty() && std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(std::move(dir));
+  };
+  if (!InstallPrefix().empty()) add((fs::path(InstallPrefix()) / KREG_INSTALL_LIBDIR / "kreg" / "plugins").string());
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) dirs.push_back((exe.parent_path().parent_path() / "lib" / "kreg" / "plugins").string());
-  std::string installed = KREG_INSTALL_PLUGIN_DIR;
-  if (!installed.empty() && std::find(dirs.begin(), dirs.end(), installed) == dirs.end()) {
-    dirs.push_back(installed);
-  }
+  if (!ec) add((exe.parent_path().parent_path() / "lib" / "kreg" / "plugins").string());
+  add(KREG_INSTALL_PLUGIN_DIR);
   return dirs;
 }
 

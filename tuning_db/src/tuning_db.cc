@@ -1042,11 +1042,14 @@ std::vector<std::string> ShippedTableDirs() {
     for (absl::string_view part : absl::StrSplit(env, ':', absl::SkipEmpty())) dirs.emplace_back(part);
     return dirs;
   }
+  auto add = [&dirs](std::string dir) {
+    if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(std::move(dir));
+  };
+  if (!InstallPrefix().empty()) add(absl::StrCat(InstallPrefix(), "/", KREG_INSTALL_TABLE_SUBDIR));
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) dirs.push_back((exe.parent_path().parent_path() / "share" / "kreg" / "tables").string());
-  const std::string installed = KREG_INSTALL_TABLE_DIR;
-  if (std::find(dirs.begin(), dirs.end(), installed) == dirs.end()) dirs.push_back(installed);
+  if (!ec) add((exe.parent_path().parent_path() / "share" / "kreg" / "tables").string());
+  add(KREG_INSTALL_TABLE_DIR);
   return dirs;
 }
 

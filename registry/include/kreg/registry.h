@@ -41,6 +41,13 @@ absl::Status FromAbi(kreg_status code, absl::string_view message);
 uint32_t CpuIsa();
 std::string IsaString(uint32_t bits);  // "avx512f,avx512bf16" or "none"
 
+// Where kreg is installed or built: the prefix of the shared library that
+// holds the registry (<prefix>/<libdir>/libkreg_registry.so, found with
+// dladdr), so a moved install, a Python module or a program linked against
+// the package finds its plugins (<prefix>/<libdir>/kreg/plugins), shipped
+// tables, backends and worker beside it; "" where it cannot be told.
+const std::string& InstallPrefix();
+
 // Scratch memory reused across runs (64-byte aligned, grows on demand).
 class Workspace {
  public:
@@ -218,8 +225,9 @@ class Registry {
   std::vector<absl::Status> refusals() const;
   std::vector<std::string> searched() const;
 
-  // The default plugin folders: next to the running executable
-  // (<exe>/../lib/kreg/plugins) and the install prefix's.
+  // The default plugin folders: beside kreg's library
+  // (InstallPrefix()/<libdir>/kreg/plugins), next to the running executable
+  // (<exe>/../lib/kreg/plugins), and the configured install prefix's.
   static std::vector<std::string> DefaultDirs();
 
  private:
