@@ -392,6 +392,37 @@ TEST(CliTest, BrokenPluginsAreWarnedAboutAndDoNotStopTheRest) {
   EXPECT_THAT(r.out, HasSubstr("warning: plugin " + std::string(KREG_TEST_PLUGIN_DIR) + "/test_wrong_abi.so refused"));
 }
 
+// Messages have levels: warnings by default, -v adds what kreg does (and
+// plugins' own notes through kreg_host.log), -vv each location searched;
+// KREG_LOG sets the level without a flag, and KREG_LOG=error hides warnings.
+TEST(CliTest, LogLevelsShowMoreOrLess) {
+  const std::string broken = std::string("list --plugin_path=") + KREG_TEST_PLUGIN_DIR;
+  Result r = Kreg(broken);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.stderr_text, HasSubstr("warning: plugin"));
+  EXPECT_THAT(r.stderr_text, Not(HasSubstr("loaded plugin")));
+  r = Kreg(broken, "KREG_LOG=error");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.stderr_text, "");
+  r = Kreg(broken + " -v");
+  EXPECT_THAT(r.stderr_text, HasSubstr("kreg: loaded plugin topk"));
+  EXPECT_THAT(r.stderr_text, Not(HasSubstr("plugin location")));
+  r = Kreg(broken, "KREG_LOG=debug");
+  EXPECT_THAT(r.stderr_text, HasSubstr("plugin location " + std::string(KREG_TEST_PLUGIN_DIR)));
+  EXPECT_EQ(Kreg("-vv " + broken).stderr_text, r.stderr_text);
+  r = Kreg("list", "KREG_LOG=loud");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_THAT(r.stderr_text, HasSubstr("KREG_LOG: log level 'loud' is not one of error, warn, info, debug"));
+#ifdef KREG_HAVE_ONEDNN
+  // A plugin's note (kreg_host.log, level 0 = info) shows with -v only.
+  r = Kreg("-v run gmm/onednn --dims m=64,k=32,n=32,groups=2 --reps 1 --warmup 0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.stderr_text, HasSubstr("kreg: gmm/onednn: 2 matmul primitive(s), oneDNN implementation"));
+  r = Kreg("run gmm/onednn --dims m=64,k=32,n=32,groups=2 --reps 1 --warmup 0");
+  EXPECT_THAT(r.stderr_text, Not(HasSubstr("oneDNN implementation")));
+#endif
+}
+
 // Every command's --help, and `kreg help COMMAND`, print that command's page:
 // usage, its flags with defaults, an example; exit 0.
 TEST(CliTest, EveryCommandHasItsOwnHelpPage) {

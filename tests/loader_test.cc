@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kreg/log.h"
 #include "kreg/op.h"
 #include "kreg/params.h"
 #include "kreg/problem.h"
@@ -216,6 +217,38 @@ TEST(LoaderTest, EarlierLocationShadowsSameFileName) {
   EXPECT_TRUE((*registry)->refusals().empty());
   EXPECT_TRUE((*registry)->Get("topk/sort").ok());
   EXPECT_EQ((*registry)->Files(), BuildPlugins());
+}
+
+// With no locations given, the plugins are found beside kreg's library
+// (InstallPrefix()/lib/kreg/plugins: the build tree's, here), whatever the
+// program's own folder.
+TEST(LoaderTest, DefaultLocationIsBesideTheLibrary) {
+  ASSERT_FALSE(InstallPrefix().empty());
+  const std::string beside = InstallPrefix() + "/lib/kreg/plugins";
+  EXPECT_EQ(Registry::DefaultDirs().front(), beside);
+  EXPECT_TRUE(std::filesystem::equivalent(beside, KREG_PLUGIN_DIR));
+}
+
+TEST(LogTest, LevelsFilterAndTheSinkTakesWhatPasses) {
+  const LogLevel before = GetLogLevel();
+  std::vector<std::pair<LogLevel, std::string>> got;
+  SetLogSink([&got](LogLevel level, absl::string_view message) { got.emplace_back(level, std::string(message)); });
+  SetLogLevel(LogLevel::kInfo);
+  Log(LogLevel::kDebug, "hidden");
+  Log(LogLevel::kInfo, "shown");
+  Log(LogLevel::kError, "always");
+  SetLogLevel(LogLevel::kError);
+  Log(LogLevel::kWarn, "hidden too");
+  SetLogSink(nullptr);
+  SetLogLevel(before);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], std::make_pair(LogLevel::kInfo, std::string("shown")));
+  EXPECT_EQ(got[1], std::make_pair(LogLevel::kError, std::string("always")));
+
+  EXPECT_EQ(*ParseLogLevel("DEBUG"), LogLevel::kDebug);
+  EXPECT_EQ(*ParseLogLevel("warning"), LogLevel::kWarn);
+  EXPECT_THAT(std::string(ParseLogLevel("loud").status().message()),
+              HasSubstr("'loud' is not one of error, warn, info, debug"));
 }
 
 // ---- Kernels --------------------------------------------------------------------

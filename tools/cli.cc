@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "kreg/comm.h"
+#include "kreg/log.h"
 #include "kreg/npy.h"
 #include "kreg/text.h"
 #include "tools/cli.h"
@@ -29,6 +30,7 @@ absl::StatusOr<std::unique_ptr<Registry>> LoadRegistry(const Flags& flags) {
 }
 
 void Warn(const Flags& flags, absl::string_view message) {
+  if (!LogEnabled(LogLevel::kWarn)) return;  // KREG_LOG=error
   std::cerr << "kreg " << flags.command << ": warning: " << ValidUtf8(message) << "\n";
 }
 

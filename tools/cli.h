@@ -32,6 +32,7 @@ struct Flags {
   // Global.
   std::string plugin_path;
   bool json = false;
+  int verbose = 0;  // -v: info messages, -vv: debug (KREG_LOG otherwise)
 
   // Positionals.
   std::string target;               // run: OP/VARIANT or OP; tune, query: OP

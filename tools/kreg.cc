@@ -26,6 +26,7 @@
 #include "kreg/comm.h"
 #include "kreg/dispatch.h"
 #include "kreg/measure.h"
+#include "kreg/log.h"
 #include "kreg/npy.h"
 #include "kreg/op.h"
 #include "kreg/problem.h"
@@ -89,7 +90,7 @@ class HelpFormatter : public CLI::FormatterBase {
     }
     if (!rows.empty()) out += absl::StrCat("\n", app->get_parent() == nullptr ? "Global flags" : "Flags", ":\n", Table(rows));
     if (app->get_parent() != nullptr) {
-      out += "\nGlobal flags: --plugin-path PATHS, --json (see kreg --help).\n";
+      out += "\nGlobal flags: --plugin-path PATHS, --json, -v (see kreg --help).\n";
     }
     if (page != nullptr && !page->examples.empty()) {
       out += "\nExamples:\n";
@@ -769,7 +770,12 @@ int Main(int argc, char** argv) {
                  "plugin folder")
       ->option_text("PATHS");
   app.add_flag("--json", f.json, "print JSON records instead of text (list, run, tune, query, db export)");
-  help->Set(&app, {"kreg [--plugin-path PATHS] [--json] COMMAND [ARGS] [FLAGS]\nkreg help COMMAND",
+  app.add_flag_function("-v,--verbose", [&f](std::int64_t count) { f.verbose = static_cast<int>(count); },
+               "more messages on stderr: -v what kreg does (plugins loaded, tables read, plugins' own notes), "
+               "-vv also each dispatch and location searched; KREG_LOG=error|warn|info|debug sets the level "
+               "without a flag (warn by default)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  help->Set(&app, {"kreg [--plugin-path PATHS] [--json] [-v] COMMAND [ARGS] [FLAGS]\nkreg help COMMAND",
                    "kreg loads kernel plugins, runs and checks any kernel, tunes every variant's parameters into a "
                    "tuning table, and answers from the table which kernel to run for a problem on this machine.",
                    "kreg list\n"
@@ -1019,6 +1025,10 @@ int Main(int argc, char** argv) {
 
   CLI::App* selected = Selected(&app);
   f.command = CommandName(selected);
+  if (f.verbose > 0) {
+    const LogLevel asked = f.verbose > 1 ? LogLevel::kDebug : LogLevel::kInfo;
+    if (!LogEnabled(asked)) SetLogLevel(asked);
+  }
   if (selected == help_cmd) {
     const CLI::App* page = &app;
     for (const std::string& t : topic) {

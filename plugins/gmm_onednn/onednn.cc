@@ -41,6 +41,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -165,6 +166,7 @@ memory::data_type Dt(bool bf16) { return bf16 ? memory::data_type::bf16 : memory
 struct Prim {
   dnnl::matmul matmul;
   memory::desc src, wei, dst;
+  std::string impl;  // oneDNN's implementation, e.g. "brg:avx512_core_amx"
 };
 
 // Per problem: the engine, a stream, one matmul per distinct group size,
@@ -209,6 +211,7 @@ struct State {
     }
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.src, p.wei, p.dst), attr, engine);
     p.matmul = dnnl::matmul(pd);
+    p.impl = pd.impl_info_str();
     return prims.emplace(rows, std::move(p)).first->second;
   }
 };
@@ -289,7 +292,16 @@ kreg_status Prepare(const kreg_config*, const kreg_args* args, const kreg_host* 
     if (!ViewArgs(kOp, args, &v, msg, cap)) return KREG_INVALID_ARGUMENT;
     if (kreg_status s = CheckCpu(args, host, msg, cap); s != KREG_OK) return s;
     ThreadScope threads(host);
-    *state = Build(kOp, v).release();
+    std::unique_ptr<State> built = Build(kOp, v);
+    if (host != nullptr && host->log != nullptr && !built->prims.empty()) {
+      // What oneDNN chose: the user's answer to "why is this fast or slow here".
+      char note[256];
+      std::snprintf(note, sizeof note, "%zu matmul primitive(s), oneDNN implementation %s%s%s",
+                    built->prims.size(), built->prims.begin()->second.impl.c_str(),
+                    built->widen ? ", bf16 inputs widened to f32" : "", built->direct ? "" : ", through f32 scratch");
+      host->log(host->ctx, 0, note);
+    }
+    *state = built.release();
     return KREG_OK;
   });
 }

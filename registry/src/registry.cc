@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kreg/log.h"
 #include "loaded_plugin.h"
 
 #ifndef KREG_INSTALL_PLUGIN_DIR
@@ -220,7 +221,7 @@ void HostCallbacks::Log(void* ctx, int level, const char* message) {
   if (c->options.log) {
     c->options.log(level, text);
   } else {
-    std::cerr << "kreg: " << c->kernel << (level > 0 ? ": warning: " : ": ") << text << "\n";
+    kreg::Log(level > 0 ? LogLevel::kWarn : LogLevel::kInfo, absl::StrCat(c->kernel, ": ", text));
   }
 }
 
@@ -564,6 +565,8 @@ absl::Status Registry::AddKernels(Opened& opened, std::vector<absl::Status>* ski
     info.kernels.push_back(k->name());
     kernels_.emplace(k->name(), std::move(k));
   }
+  Log(LogLevel::kInfo, absl::StrCat("loaded plugin ", info.name, " ", info.version, " from ", info.path, ": ",
+                                     info.kernels.size(), " kernels, ", info.ops.size(), " ops"));
   plugins_.push_back(std::move(info));
   files_.push_back(opened.path);
   return absl::OkStatus();
@@ -687,6 +690,7 @@ absl::StatusOr<std::unique_ptr<Registry>> Registry::Load(const LoadOptions& opti
     {
       absl::MutexLock lock(&registry->mu_);
       registry->searched_.push_back(loc.path);
+      Log(LogLevel::kDebug, absl::StrCat("plugin location ", loc.path, ": ", found.size(), " files"));
     }
     for (const fs::path& file : found) {
       if (loaded_names.insert(file.filename().string()).second) files.push_back(file.string());

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kreg/log.h"
 
 namespace kreg {
 
@@ -70,6 +71,11 @@ absl::StatusOr<DispatchResult> Dispatcher::Run(absl::string_view op_name, const 
       return Run(sub_op, sub_args, sub).status();
     };
     run_options = &with_dispatch;
+  }
+  if (LogEnabled(LogLevel::kDebug)) {
+    Log(LogLevel::kDebug, absl::StrCat("dispatch ", op->name(), " ", key.dtype, " ", DimsString(key.dims), ": ",
+                                       answer->kernel->name(), " ", answer->kernel->ConfigString(*answer->config),
+                                       " (", MatchName(answer->match), ")"));
   }
   if (absl::Status s = answer->kernel->Run(*answer->config, args, *run_options); !s.ok()) {
     return s;

@@ -26,6 +26,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "kreg/log.h"
 #include "kreg/lut.h"
 #include "kreg/text.h"
 
@@ -521,7 +522,9 @@ TuningDb::TuningDb() {
 absl::StatusOr<TuningDb> TuningDb::Load(const std::string& path) {
   absl::StatusOr<std::string> bytes = internal::ReadFile(path);
   if (!bytes.ok()) return bytes.status();
-  return Parse(*bytes, path);
+  absl::StatusOr<TuningDb> db = Parse(*bytes, path);
+  if (db.ok()) Log(LogLevel::kInfo, absl::StrCat("read table ", path, ": ", db->size(), " entries"));
+  return db;
 }
 
 absl::StatusOr<TuningDb> TuningDb::Parse(absl::string_view bytes, absl::string_view name) {
