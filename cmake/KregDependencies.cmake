@@ -14,3 +14,30 @@ endif()
 # Optional: MPI (Debian: libopenmpi-dev openmpi-bin) for the mpi backend,
 # its tests and the collectives benchmark against Open MPI's own.
 find_package(MPI COMPONENTS CXX QUIET)
+
+# Optional: the Python package (python/), on Debian's Python 3 with its
+# headers (python3-dev) and pybind11 (pybind11-dev); its tests need NumPy
+# and pytest (python3-numpy, python3-pytest). Debian's interpreter first:
+# another python3 earlier on PATH may lack NumPy. Not with sanitizers (the
+# interpreter is not instrumented).
+set(KREG_PYTHON_FOUND OFF)
+if(KREG_PYTHON AND NOT KREG_SANITIZE AND NOT KREG_FUZZ)
+  if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+    set(Python3_EXECUTABLE /usr/bin/python3)
+  endif()
+  find_package(Python3 COMPONENTS Interpreter Development.Module QUIET)
+  if(Python3_FOUND)
+    find_package(pybind11 CONFIG QUIET)
+  endif()
+  if(Python3_FOUND AND pybind11_FOUND)
+    set(KREG_PYTHON_FOUND ON)
+    set(KREG_PYTHON_INSTALL_DIR
+      "${CMAKE_INSTALL_LIBDIR}/python${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}/dist-packages"
+      CACHE STRING "Where the kreg Python package is installed, relative to the prefix")
+    message(STATUS "kreg: Python ${Python3_VERSION} (${Python3_EXECUTABLE}) and pybind11 ${pybind11_VERSION} found: "
+                   "building the Python package")
+  else()
+    message(STATUS "kreg: Python 3 with its headers or pybind11 not found: skipping the Python package "
+                   "(install python3-dev pybind11-dev)")
+  endif()
+endif()

@@ -249,6 +249,10 @@ absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry) {
     if (!given.ok()) return given.status();
     db = *std::move(given);
   }
+  return AnsweringLut(flags, registry, std::move(db));
+}
+
+absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry, TuningDb db) {
   if (!flags.no_shipped) {
     std::vector<std::string> warnings;
     TuningDb shipped = ShippedTables(&warnings);

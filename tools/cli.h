@@ -22,6 +22,10 @@
 #include "kreg/problem.h"
 #include "kreg/registry.h"
 
+namespace kreg {
+struct TuneResult;  // kreg/tuner.h
+}  // namespace kreg
+
 namespace kreg::cli {
 
 // Every flag's value. Each command binds the flags it takes (kreg.cc); the
@@ -39,6 +43,7 @@ struct Flags {
   std::string file_a, file_b;       // db: FILE, IN, OUT, A, B
   std::vector<std::string> files;   // db merge: IN...
   bool csv = false;                 // db export: CSV instead of protobuf text
+  std::string out_dir, key_filter;  // db plot: --out, --key
 
   // The problem.
   std::vector<std::string> dims;    // one problem per --dims
@@ -99,6 +104,8 @@ absl::StatusOr<TuningDb> LoadTable(const Flags& flags, const std::string& path);
 // does not know are left out silently (their plugins are simply not
 // loaded).
 absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry);
+// The same over a table read already (`given`; flags.db is not read).
+absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry, TuningDb given);
 
 // A problem as the flags describe it: the op, its dims and attributes from
 // `dims` (dims may stay unknown until inputs give them; a collective's ranks
@@ -147,6 +154,12 @@ Json MachineJson(const tuning::Machine& machine);
 // The answer record: {"key","kernel","version","params","match",
 // "incomplete","tuned_dims","distance","median_ns","machine","why"}.
 Json AnswerJson(const tuning::ProblemKey& asked, const LutAnswer& answer);
+// A kernel in `kreg list --json`: {"kernel","op","variant","version","doc",
+// "isa","available","reference","plugin","default_params","space"}.
+Json KernelJson(const PluginInfo& plugin, const Kernel& kernel);
+// A `kreg tune --json` result: {"key","best","runner_up","counts","seconds",
+// "strategy","complete"}.
+Json TuneResultJson(const TuneResult& result, absl::string_view strategy);
 int64_t Ns(double ns);  // rounded
 
 // "1.234 ms".
@@ -175,6 +188,9 @@ absl::Status Tune(const Flags& flags);
 absl::Status Calibrate(const Flags& flags);
 absl::Status Query(const Flags& flags);
 absl::StatusOr<int> Db(const Flags& flags);
+
+// The kreg command: parses argv, runs the command, returns the exit status.
+int Main(int argc, char** argv);
 
 }  // namespace kreg::cli
 

@@ -188,6 +188,8 @@ std::string ParamKind(const ParamInfo& p) {
   return "?";
 }
 
+}  // namespace
+
 // The kernel record.
 Json KernelJson(const PluginInfo& plugin, const Kernel& k) {
   Json out = Json::object();
@@ -218,7 +220,6 @@ Json KernelJson(const PluginInfo& plugin, const Kernel& k) {
   return out;
 }
 
-}  // namespace
 
 absl::Status MachineCmd(const Flags& flags) {
   const tuning::Machine& m = ThisMachine();
@@ -754,6 +755,8 @@ void AddTables(CLI::App* c, Flags& f) {
               "ask only --db, not the tables shipped with kreg (share/kreg/tables, or KREG_TABLE_PATH)");
 }
 
+}  // namespace
+
 int Main(int argc, char** argv) {
 
   Flags f;
@@ -960,6 +963,17 @@ int Main(int argc, char** argv) {
                   "kreg db export topk.lut --json | jq '.entries | length'"});
   exp->add_option("FILE", f.file_a, "the table")->required();
   exp->add_flag("--csv", f.csv, "one CSV row per trial");
+  CLI::App* plot = db->add_subcommand("plot", "PNG pictures of a table: each problem's candidates, the winners by shape");
+  plot->set_help_flag("-h,--help", "print this help");
+  help->Set(plot, {"kreg db plot FILE --out DIR [--key TEXT]",
+                   "Draws the table with matplotlib (python3 -m kreg.plot; Debian python3-matplotlib) into DIR: per "
+                   "problem, every candidate's median time by variant and parameters, the best starred and failures "
+                   "listed, and a heat map over two tiling parameters of a variant (e.g. gmm/tiled's); per op and "
+                   "dtype, the winning variant by shape. Prints the files written.",
+                   "kreg db plot gmm.lut --out plots/\nkreg db plot topk.lut --out plots/ --key n=4096"});
+  plot->add_option("FILE", f.file_a, "the table")->required();
+  plot->add_option("--out", f.out_dir, "the folder for the PNGs (created)")->required()->option_text("DIR");
+  plot->add_option("--key", f.key_filter, "only problems whose label holds TEXT (e.g. n=4096)")->option_text("TEXT");
   CLI::App* merge = db->add_subcommand("merge", "the union of tables, merged into OUT");
   merge->set_help_flag("-h,--help", "print this help");
   help->Set(merge, {"kreg db merge OUT IN...",
@@ -1013,7 +1027,7 @@ int Main(int argc, char** argv) {
     const std::string command = CommandName(Selected(&app));
     if (!extras.empty()) return Fail(command, ExtrasMessage(&app, extras), 2);
     if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && Selected(&app) == db) {
-      return Fail(command, "give one of: show FILE, export FILE, merge OUT IN..., diff A B, slim IN OUT", 2);
+      return Fail(command, "give one of: show FILE, export FILE, plot FILE --out DIR, merge OUT IN..., diff A B, slim IN OUT", 2);
     }
     std::string message = e.what();
     if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr && absl::StrContains(message, "missing")) {
@@ -1081,7 +1095,4 @@ int Main(int argc, char** argv) {
   return code;
 }
 
-}  // namespace
 }  // namespace kreg::cli
-
-int main(int argc, char** argv) { return kreg::cli::Main(argc, argv); }

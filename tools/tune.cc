@@ -1,15 +1,21 @@
 // kreg tune, kreg query and kreg db: the tuning table's command line. The
 // sweep itself is kreg::Tune (kreg/tuner.h); this file turns flags into
 // TuneRequests and prints what comes back.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -85,6 +91,8 @@ std::string Winner(const std::string& op, const tuning::Trial& t) {
                       "  ", Ms(t.median_ns()));
 }
 
+}  // namespace
+
 // The tune result record.
 Json TuneResultJson(const TuneResult& r, absl::string_view strategy) {
   const std::string& op = r.key.op();
@@ -103,6 +111,8 @@ Json TuneResultJson(const TuneResult& r, absl::string_view strategy) {
   out["complete"] = r.complete;
   return out;
 }
+
+namespace {
 
 // Prints one problem's result (`where`: the ranks and machine that tuned it
 // under mpirun, or "").
@@ -342,6 +352,53 @@ absl::Status Query(const Flags& flags) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// kreg db plot: the table read here (a bad one is this command's error),
+// drawn by the Python package's kreg.plot from its JSON export.
+absl::StatusOr<int> Plot(const Flags& flags) {
+  absl::StatusOr<TuningDb> db = LoadTable(flags, flags.file_a);
+  if (!db.ok()) return db.status();
+  char json_path[] = "/tmp/kreg-plot-XXXXXX.json";
+  const int fd = mkstemps(json_path, 5);
+  if (fd < 0) return absl::InternalError(absl::StrCat("db plot: cannot make a temporary file: ", std::strerror(errno)));
+  const std::string json = db->ToJson();
+  const bool written = write(fd, json.data(), json.size()) == static_cast<ssize_t>(json.size());
+  close(fd);
+  if (!written) {
+    unlink(json_path);
+    return absl::InternalError("db plot: cannot write a temporary file");
+  }
+  // The package beside kreg's library: the build tree's python/, or where
+  // it is installed.
+  std::string pythonpath = absl::StrCat(InstallPrefix(), "/python:", InstallPrefix(), "/", KREG_PYTHON_SUBDIR);
+  if (const char* env = std::getenv("PYTHONPATH"); env != nullptr && *env != '\0') absl::StrAppend(&pythonpath, ":", env);
+  std::vector<std::string> args = {KREG_PYTHON_EXECUTABLE, "-m", "kreg.plot", json_path, "--out", flags.out_dir,
+                                   "--name", flags.file_a};
+  if (!flags.key_filter.empty()) args.insert(args.end(), {"--key", flags.key_filter});
+  std::cout << std::flush;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setenv("PYTHONPATH", pythonpath.c_str(), 1);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  const bool waited = pid > 0 && waitpid(pid, &status, 0) == pid;
+  unlink(json_path);
+  if (!waited) return absl::InternalError("db plot: cannot start Python");
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+    return absl::FailedPreconditionError(absl::StrCat("db plot needs Python 3 (", KREG_PYTHON_EXECUTABLE,
+                                                      ") with kreg's Python package and matplotlib"));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;  // kreg.plot said why, in one line
+}
+
+}  // namespace
+
 absl::StatusOr<int> Db(const Flags& flags) {
   const std::string& verb = flags.command;
   if (verb == "db show" || verb == "db export") {
@@ -353,6 +410,7 @@ absl::StatusOr<int> Db(const Flags& flags) {
                                           : db->ToText());
     return 0;
   }
+  if (verb == "db plot") return Plot(flags);
   if (verb == "db merge") {
     TuningDb merged;
     for (const std::string& in : flags.files) {

@@ -642,23 +642,29 @@ absl::StatusOr<TensorTypes> Op::TypesFromKey(absl::string_view key_dtype) const 
 }
 
 absl::Status Op::DimsFromInputs(const std::map<std::string, const Tensor*>& given, Values* values) const {
-  for (const auto& [name, tensor] : given) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& [name, tensor] : given) shapes.emplace(name, tensor->shape());
+  return DimsFromShapes(shapes, values);
+}
+
+absl::Status Op::DimsFromShapes(const std::map<std::string, std::vector<int64_t>>& shapes, Values* values) const {
+  for (const auto& [name, given] : shapes) {
     const int t = FindTensor(name);
     if (t < 0) continue;  // ResolveTypes names it
     const TensorInfo& info = tensors_[t];
     const std::vector<int>& shape = info.ShapeUnder(values->attrs.data());
     const std::string layout = AltShapeNote(info, values->attrs.data());
-    if (tensor->shape().size() != shape.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(name_, ": input '", name, "' has shape ", tensor->ShapeString(),
+    const std::string shape_text = absl::StrCat("[", absl::StrJoin(given, ", "), "]");
+    if (given.size() != shape.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(name_, ": input '", name, "' has shape ", shape_text,
                                                      ", expected ", shape.size(), " dimensions", layout));
     }
     for (size_t j = 0; j < shape.size(); ++j) {
       int64_t& dim = values->dims[shape[j]];
-      const int64_t got = tensor->shape()[j];
+      const int64_t got = given[j];
       if (dim >= 0 && dim != got) {
-        return absl::InvalidArgumentError(absl::StrCat(name_, ": input '", name, "' has shape ",
-                                                       tensor->ShapeString(), " but ", dims_[shape[j]].name, "=", dim,
-                                                       layout));
+        return absl::InvalidArgumentError(absl::StrCat(name_, ": input '", name, "' has shape ", shape_text, " but ",
+                                                       dims_[shape[j]].name, "=", dim, layout));
       }
       if (got > dims_[shape[j]].max) {
         return absl::InvalidArgumentError(absl::StrCat(name_, ": input '", name, "': ", dims_[shape[j]].name,

@@ -12,13 +12,18 @@ absl::StatusOr<Dispatcher> Dispatcher::Create(const Registry& registry, const Tu
                                               std::string machine_id, std::string data_class) {
   absl::StatusOr<Lut> lut = Lut::Build(db, registry);
   if (!lut.ok()) return lut.status();
+  return Create(registry, *std::move(lut), std::move(machine_id), std::move(data_class));
+}
+
+absl::StatusOr<Dispatcher> Dispatcher::Create(const Registry& registry, Lut lut, std::string machine_id,
+                                              std::string data_class) {
   if (machine_id.empty()) machine_id = ThisMachine().id();
   OpMap ops;
   for (std::shared_ptr<const Op>& op : registry.Ops()) {
     std::string name = op->name();
     ops.emplace(std::move(name), std::move(op));
   }
-  return Dispatcher(*std::move(lut), std::move(ops), std::move(machine_id), std::move(data_class));
+  return Dispatcher(std::move(lut), std::move(ops), std::move(machine_id), std::move(data_class));
 }
 
 const Op* Dispatcher::FindOp(absl::string_view name) const {

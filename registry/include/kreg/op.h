@@ -218,6 +218,8 @@ class Op {
   // its shape under values->attrs); InvalidArgument when an input's rank or
   // a dim disagrees.
   absl::Status DimsFromInputs(const std::map<std::string, const Tensor*>& given, Values* values) const;
+  // The same from tensors' shapes by name (a caller's arrays).
+  absl::Status DimsFromShapes(const std::map<std::string, std::vector<int64_t>>& shapes, Values* values) const;
   // The shape of tensor `t` under complete `values` (its alt_shape where its
   // attribute says so).
   std::vector<int64_t> ShapeOf(int t, const Values& values) const;

@@ -42,6 +42,10 @@ class Dispatcher {
   // `data_class` is used for every call instead of asking the op.
   static absl::StatusOr<Dispatcher> Create(const Registry& registry, const TuningDb& db,
                                            std::string machine_id = "", std::string data_class = "");
+  // The same over a Lut built already (its own LutOptions: a machine
+  // policy, several tables merged).
+  static absl::StatusOr<Dispatcher> Create(const Registry& registry, Lut lut, std::string machine_id = "",
+                                           std::string data_class = "");
 
   // Runs op `op` on `args`: validates them (Op::Validate), keys them
   // (Op::KeyOf), takes the data class (the override given to Create, else

@@ -1,13 +1,11 @@
-"""Tests of python/kreg/plot.py (pictures of a tuning table).
-
-Run: PYTHONPATH=<a folder holding kreg/plot.py> /usr/bin/python3 -m pytest tests/plot_test.py
-Skipped when matplotlib (Debian: python3-matplotlib) or the kreg package is missing.
-"""
+"""Tests of kreg.plot (pictures of a tuning table), run by ctest
+(python_bindings) with the build's python/ folder on PYTHONPATH. Skipped,
+saying so, where matplotlib (Debian: python3-matplotlib) is missing."""
 
 import pytest
 
 pytest.importorskip("matplotlib", reason="matplotlib is not installed (Debian: python3-matplotlib)")
-plot = pytest.importorskip("kreg.plot", reason="kreg.plot is not importable (set PYTHONPATH)")
+from kreg import plot  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -1,0 +1,304 @@
+"""The kreg Python package against NumPy: every kernel's results on random
+and adversarial inputs, zero-copy runs into the caller's buffers, tables,
+the dispatcher, the tuner, and errors. Run by ctest (python_bindings) with
+the build's python/ folder on PYTHONPATH."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import kreg
+
+RNG = np.random.default_rng(1)
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return kreg.Registry()
+
+
+def kernels_of(registry, op):
+    ks = [k for k in registry.kernels(op) if k.available]
+    assert ks, f"no available {op} kernels"
+    return ks
+
+
+# ---- top-k: kreg's order, by NumPy ---------------------------------------------
+
+def topk_reference(x, k, largest=True, starts=None, ends=None):
+    """kreg's top-k (DESIGN.md): NaN of either sign above +inf when largest
+    and below -inf when smallest, -0 == +0, ties by ascending index; a range
+    shorter than k is padded with index -1."""
+    batch, n = x.shape
+    idx = np.full((batch, k), -1, np.int64)
+    for r in range(batch):
+        lo = 0 if starts is None else starts[r]
+        hi = n if ends is None else ends[r]
+        row = x[r, lo:hi].astype(np.float64)
+        nan = np.isnan(row)
+        v = np.where(nan, 0.0, row)
+        cols = np.arange(lo, hi)
+        order = np.lexsort((cols, -v, ~nan)) if largest else np.lexsort((cols, v, nan))
+        take = cols[order[:k]]
+        idx[r, : len(take)] = take
+    return idx
+
+
+def adversarial_rows(n):
+    rows = [
+        RNG.standard_normal(n),
+        np.full(n, 1.5),                                             # all equal
+        RNG.integers(-2, 3, n).astype(np.float64),                   # ties
+        np.where(RNG.random(n) < 0.5, 0.0, -0.0),                    # +0 and -0
+        np.where(RNG.random(n) < 0.2, np.inf, -np.inf),              # infinities
+        np.where(RNG.random(n) < 0.1, np.nan, RNG.standard_normal(n)),
+    ]
+    neg_nan = np.full(n, np.nan)
+    neg_nan[::2] = -np.nan                                           # NaN of both signs
+    neg_nan[1::3] = np.inf
+    rows.append(neg_nan)
+    return np.stack(rows).astype(np.float32)
+
+
+def check_topk(out, x, k, largest=True, starts=None, ends=None, bf16=False):
+    expect = topk_reference(kreg.bf16_to_float32(x) if bf16 else x, k, largest, starts, ends)
+    np.testing.assert_array_equal(out["indices"], expect)
+    # Values are the input's own bits at those indices (the worst value on padding).
+    got = out["values"]
+    for r in range(x.shape[0]):
+        for j in range(k):
+            i = expect[r, j]
+            if i >= 0:
+                a, b = got[r, j], x[r, i]
+                assert a.tobytes() == b.tobytes() or (np.isnan(np.float32(kreg.bf16_to_float32(a) if bf16 else a))
+                                                      and np.isnan(np.float32(kreg.bf16_to_float32(b) if bf16 else b)))
+
+
+@pytest.mark.parametrize("shape,k", [((3, 1000), 10), ((7, 257), 257), ((2, 5), 0), ((0, 16), 4), ((1, 1), 1),
+                                     ((4, 5000), 300)])
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_random_matches_numpy(registry, shape, k, largest):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    for kernel in kernels_of(registry, "topk"):
+        out = registry.run(kernel.name, input=x, k=k, largest=largest)
+        assert out["values"].shape == (shape[0], k) and out["indices"].dtype == np.int32, kernel.name
+        check_topk(out, x, k, largest)
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_adversarial_matches_numpy(registry, largest):
+    x = adversarial_rows(301)
+    for kernel in kernels_of(registry, "topk"):
+        for k in (1, 17, 301):
+            check_topk(registry.run(kernel.name, input=x, k=k, largest=largest), x, k, largest)
+
+
+def test_topk_ragged_rows_pad_with_minus_one(registry):
+    x = RNG.standard_normal((4, 100)).astype(np.float32)
+    starts = np.array([0, 10, 50, 99], np.int32)
+    ends = np.array([100, 12, 90, 99], np.int32)  # the last row is empty
+    for kernel in kernels_of(registry, "topk"):
+        out = registry.run(kernel.name, input=x, k=5, row_starts=starts, row_ends=ends)
+        check_topk(out, x, 5, True, starts, ends)
+        assert out["values"][3].tolist() == [-np.inf] * 5
+
+
+def test_topk_bf16_as_uint16_bits(registry):
+    x32 = np.concatenate([adversarial_rows(200), RNG.standard_normal((3, 200)).astype(np.float32)])
+    bits = kreg.float32_to_bf16(x32)
+    for kernel in kernels_of(registry, "topk"):
+        out = registry.run(kernel.name, input=bits, k=20)
+        assert out["values"].dtype == np.uint16
+        check_topk(out, bits, 20, bf16=True)
+
+
+def test_row_strided_input_is_read_in_place(registry):
+    big = RNG.standard_normal((5, 3000)).astype(np.float32)
+    x = big[:, 100:2100]  # rows 3000 apart, the last dimension contiguous
+    out = kreg.run("topk/heap", input=x, k=8)
+    check_topk(out, np.ascontiguousarray(x), 8)
+    np.testing.assert_array_equal(out["indices"], kreg.run("topk/sort", input=np.ascontiguousarray(x), k=8)["indices"])
+
+
+# ---- zero copy -------------------------------------------------------------------
+
+def test_outputs_are_written_into_the_callers_buffers(registry):
+    x = RNG.standard_normal((6, 4000)).astype(np.float32)
+    values = np.full((6, 32), 7.0, np.float32)
+    indices = np.full((6, 32), 7, np.int32)
+    out = registry.run("topk/radix", input=x, k=32, out={"values": values, "indices": indices})
+    assert out["values"] is values and out["indices"] is indices
+    check_topk({"values": values, "indices": indices}, x, 32)
+    # A view into a larger buffer: written in place, the rest untouched.
+    whole = np.zeros((6, 64), np.int32)
+    registry.run("topk/sort", input=x, k=32, out={"indices": whole[:, 16:48]})
+    np.testing.assert_array_equal(whole[:, 16:48], indices)
+    assert not whole[:, :16].any() and not whole[:, 48:].any()
+
+
+# ---- grouped matmul ---------------------------------------------------------------
+
+def gmm_reference(lhs, rhs, sizes):
+    out = np.zeros((lhs.shape[0], rhs.shape[2]))
+    start = 0
+    for g, size in enumerate(sizes):
+        out[start:start + size] = lhs[start:start + size].astype(np.float64) @ rhs[g].astype(np.float64)
+        start += size
+    return out
+
+
+@pytest.mark.parametrize("m,k,n,sizes", [(64, 32, 48, [10, 0, 30, 24]), (37, 17, 5, [0, 37]), (20, 8, 8, [0, 0, 7]),
+                                         (0, 4, 4, [0, 0])])
+def test_gmm_matches_numpy(registry, m, k, n, sizes):
+    lhs = RNG.standard_normal((m, k)).astype(np.float32)
+    rhs = RNG.standard_normal((len(sizes), k, n)).astype(np.float32)
+    group_sizes = np.array(sizes, np.int32)
+    expect = gmm_reference(lhs, rhs, sizes)
+    for kernel in kernels_of(registry, "gmm"):
+        out = registry.run(kernel.name, lhs=lhs, rhs=rhs, group_sizes=group_sizes)
+        np.testing.assert_allclose(out["out"], expect, rtol=1e-4, atol=1e-4 * max(k, 1), err_msg=kernel.name)
+
+
+# ---- tables, the dispatcher, the tuner --------------------------------------------
+
+def kreg_binary():
+    return os.path.join(kreg.install_prefix(), "bin", "kreg")
+
+
+def shipped_table():
+    tables = os.path.join(kreg.install_prefix(), "share", "kreg", "tables")
+    return os.path.join(tables, sorted(os.listdir(tables))[0])
+
+
+@pytest.mark.parametrize("dims", ["batch=128,n=201088,k=64", "batch=3,n=777,k=5", "batch=9,n=10,k=10,largest=0"])
+def test_query_answers_as_kreg_query(registry, dims):
+    table = shipped_table()
+    got = kreg.TuningDb(table).query("topk", dims, registry=registry)
+    cli = subprocess.run([kreg_binary(), "query", "topk", "--dims", dims, "--db", table, "--json"],
+                         capture_output=True, text=True, check=True)
+    expect = json.loads(cli.stdout)
+    explanation = got.pop("explanation")
+    assert got == expect
+    text = subprocess.run([kreg_binary(), "query", "topk", "--dims", dims, "--db", table],
+                          capture_output=True, text=True, check=True).stdout
+    assert f"[{explanation}]" in text
+
+
+def test_query_says_why_it_defaults(registry):
+    answer = kreg.TuningDb().query("topk", {"batch": 2, "n": 50, "k": 3}, registry=registry, shipped=False)
+    assert answer["match"] == "default" and answer["why"]
+    assert answer["explanation"].startswith("default: ")
+
+
+def test_dispatcher_runs_the_tables_choice(registry, tmp_path):
+    x = RNG.standard_normal((4, 2048)).astype(np.float32)
+    db = tmp_path / "t.lut"
+    result = kreg.tune("topk", {"batch": 4, "n": 2048, "k": 16}, db, registry=registry, variants=["sort", "radix"],
+                       reps=3, strategy="exhaustive", thread_round=False)
+    assert result["best"]["kernel"] in ("topk/sort", "topk/radix") and result["complete"]
+    dispatcher = kreg.Dispatcher(str(db), registry=registry, shipped=False)
+    out = dispatcher.run("topk", input=x, k=16)
+    check_topk(out, x, 16)
+    assert dispatcher.last["match"] == "exact" and dispatcher.last["kernel"] == result["best"]["kernel"]
+    # A shape the table lacks: the nearest tuned one answers.
+    dispatcher.run("topk", input=x[:3], k=16)
+    assert dispatcher.last["match"] == "nearest"
+
+
+def test_tune_reports_progress_and_saves_the_table(registry, tmp_path):
+    seen = []
+    db = tmp_path / "p.lut"
+    results = kreg.tune("topk", [{"batch": 2, "n": 500, "k": 4}, "batch=2,n=900,k=4"], db, registry=registry,
+                        variants=["sort", "heap"], reps=3, progress=seen.append)
+    assert [r["key"]["dims"]["n"] for r in results] == [500, 900]
+    assert seen and all(p["candidates"] > 0 and p["done"] <= p["candidates"] for p in seen)
+    assert len(kreg.TuningDb(db)) == 2
+
+
+def test_a_progress_callback_that_raises_stops_the_sweep(registry, tmp_path):
+    def stop(_):
+        raise KeyError("enough")
+    with pytest.raises(KeyError, match="enough"):
+        kreg.tune("topk", {"batch": 2, "n": 500, "k": 4}, tmp_path / "s.lut", registry=registry, progress=stop)
+
+
+# ---- errors ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: kreg.run("topk/nope", input=np.zeros((2, 4), np.float32), k=1), "topk/nope"),
+    (lambda: kreg.run("topk/heap", input=np.zeros((2, 4), np.float32), k=5), "k=5"),
+    (lambda: kreg.run("topk/heap", input=np.zeros((2, 4), np.float64), k=1), "float64"),
+    (lambda: kreg.run("topk/heap", input=np.zeros((2, 4), np.float32), k=1, kk=2), "no tensor, dim or attribute 'kk'"),
+    (lambda: kreg.run("topk/heap", input=np.zeros((2, 4), np.float32), k=1, values=np.zeros((2, 1))), "out="),
+    (lambda: kreg.run("topk/heap", input=np.zeros(8, np.float32), k=1), "expected 2 dimensions"),
+    (lambda: kreg.run("topk/heap", input=np.zeros((4, 6), np.float32)[:, ::2], k=1), "topk"),
+    (lambda: kreg.run("topk/heap", input=[1.0, 2.0], k=1), "expected an array"),
+    (lambda: kreg.run("topk/heap", k=1, batch=1, n=4), "missing input 'input'"),
+    (lambda: kreg.run("topk/heap", input=np.zeros((2, 4), np.float32), k=1,
+                      out={"values": np.zeros((2, 1), np.float32).view(np.int32)}), "values"),
+    (lambda: kreg.run("topk/heap", input=np.zeros((2, 4), np.float32), k=1,
+                      out={"values": np.zeros((3, 1), np.float32)}), "batch"),
+    (lambda: kreg.run("topk/heap", input=np.zeros((2, 4), np.float32), k=1, out={"nope": np.zeros(1)}), "nope"),
+    (lambda: kreg.run("topk/heap", input=np.zeros((2, 4), np.float32), k=1, params={"simd": "avx9"}), "avx9"),
+    (lambda: kreg.run("gmm/reference", lhs=np.zeros((4, 2), np.float32), rhs=np.zeros((2, 2, 2), np.float32),
+                      group_sizes=np.array([3, -1], np.int32)), "group_sizes"),
+    (lambda: kreg.TuningDb().query("nope", "n=1"), "nope"),
+    (lambda: kreg.tune("topk", "batch=2,n=4,k=9", "/tmp/kreg_never_written.lut"), "k=9"),
+])
+def test_bad_arguments_are_value_errors(call, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        call()
+
+
+def test_readonly_output_is_refused():
+    values = np.zeros((2, 1), np.float32)
+    values.flags.writeable = False
+    with pytest.raises(ValueError, match="writable"):
+        kreg.run("topk/heap", input=np.zeros((2, 4), np.float32), k=1, out={"values": values})
+
+
+def test_files_raise_os_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no-such.lut"):
+        kreg.TuningDb(tmp_path / "no-such.lut")
+    corrupt = tmp_path / "corrupt.lut"
+    corrupt.write_bytes(b"\x08\x96\x01 not a table")
+    with pytest.raises(OSError, match="not a kreg tuning database"):
+        kreg.TuningDb(corrupt)
+    with pytest.raises(FileNotFoundError, match="/no/such/plugins"):
+        kreg.Registry(plugin_path="/no/such/plugins")
+
+
+def test_log_level():
+    before = kreg.log_level()
+    kreg.set_log_level("debug")
+    assert kreg.log_level() == "debug"
+    kreg.set_log_level(before)
+    with pytest.raises(ValueError, match="loud"):
+        kreg.set_log_level("loud")
+
+
+# ---- PyTorch and JAX, where they are installed --------------------------------------
+
+def test_pytorch_tensors_without_copying(registry):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed here (pip install torch to run this)")
+    x = torch.randn(5, 3000)
+    values = torch.empty(5, 20)
+    indices = torch.empty(5, 20, dtype=torch.int32)
+    out = registry.run("topk/heap", input=x, k=20, out={"values": values, "indices": indices})
+    assert out["values"] is values
+    expect = torch.topk(x, 20)
+    assert torch.equal(values, expect.values) and torch.equal(indices.long(), expect.indices)
+    xb = x.to(torch.bfloat16)
+    outb = registry.run("topk/radix", input=xb, k=20)
+    expectb = torch.topk(xb, 20)
+    assert np.array_equal(outb["values"], expectb.values.view(torch.int16).numpy().view(np.uint16))
+
+
+def test_jax_arrays(registry):
+    jnp = pytest.importorskip("jax.numpy", reason="JAX is not installed here (pip install jax to run this)")
+    x = jnp.asarray(RNG.standard_normal((3, 1000)).astype(np.float32))
+    out = registry.run("topk/sort", input=x, k=7)
+    check_topk(out, np.asarray(x), 7)
