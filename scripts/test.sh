@@ -19,6 +19,14 @@ mv "$prefix.staged" "$prefix"
 cmake -S examples -B build/example -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build build/example
 build/example/topk_example --db "$prefix/share/kreg/tables/amd-epyc-avx2-2c.txtpb"
+# The installed Python package, from the moved prefix too.
+PYTHONPATH=$(echo "$prefix"/lib/python3*/dist-packages) /usr/bin/python3 - "$prefix" <<'PY'
+import sys, numpy as np, kreg
+assert kreg.install_prefix() == sys.argv[1], kreg.install_prefix()
+out = kreg.run("topk/heap", input=np.arange(10, dtype=np.float32).reshape(1, 10), k=3)
+assert out["indices"].tolist() == [[9, 8, 7]], out
+print("installed kreg Python package:", kreg.Dispatcher().run("topk", input=np.ones((2, 50), np.float32), k=4)["indices"][0])
+PY
 # A plugin built outside the tree against the installed package (the ABI
 # alone), listed and run by the installed kreg.
 cmake -S examples/plugin -B build/plugin_example -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null

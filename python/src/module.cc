@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "kreg/dispatch.h"
 #include "kreg/log.h"
 #include "kreg/lut.h"
@@ -649,16 +650,24 @@ PYBIND11_MODULE(_kreg, m) {
               result = d.dispatcher->Run(op, call.args(), options);
             }
             Check(result.status());
+            // The params as a dict, as query's answers have them.
+            std::shared_ptr<const Kernel> kernel = Value(d.registry->Get(result->kernel));
+            std::vector<std::pair<std::string, std::string>> pairs;
+            for (absl::string_view item : absl::StrSplit(result->config, ' ', absl::SkipEmpty())) {
+              pairs.emplace_back(absl::StrSplit(item, absl::MaxSplits('=', 1)));
+            }
+            const Config config = Value(kernel->ParseConfig(pairs));
             py::dict last;
             last["kernel"] = result->kernel;
-            last["params"] = result->config;
+            last["params"] = JsonToPython(cli::ParamsJson(ToProtoConfig(*kernel, config)));
             last["match"] = std::string(MatchName(result->match));
             last["data_class"] = result->data_class;
             d.last = last;
             return call.Results();
           },
           py::arg("op"), py::kw_only(), py::arg("out") = py::none(), py::arg("dtype") = "", py::arg("threads") = 0)
-      .def_readonly("last", &PyDispatcher::last, "What the last run ran: kernel, params, match, data_class.");
+      .def_readonly("last", &PyDispatcher::last,
+                    "What the last run ran: kernel, params (a dict, as query's), match, data_class.");
 
   m.def("tune", &Tune, py::arg("registry"), py::arg("op"), py::arg("dims"), py::arg("db"), py::kw_only(),
         py::arg("strategy") = "halving", py::arg("budget") = 0.0, py::arg("reps") = 10, py::arg("warmup") = 3,

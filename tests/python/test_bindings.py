@@ -203,6 +203,7 @@ def test_dispatcher_runs_the_tables_choice(registry, tmp_path):
     out = dispatcher.run("topk", input=x, k=16)
     check_topk(out, x, 16)
     assert dispatcher.last["match"] == "exact" and dispatcher.last["kernel"] == result["best"]["kernel"]
+    assert dispatcher.last["params"] == result["best"]["params"]
     # A shape the table lacks: the nearest tuned one answers.
     dispatcher.run("topk", input=x[:3], k=16)
     assert dispatcher.last["match"] == "nearest"
