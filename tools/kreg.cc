@@ -4,6 +4,7 @@
 // 1 failed, 2 bad input.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -1041,7 +1042,11 @@ int Main(int argc, char** argv) {
   f.command = CommandName(selected);
   if (f.verbose > 0) {
     const LogLevel asked = f.verbose > 1 ? LogLevel::kDebug : LogLevel::kInfo;
-    if (!LogEnabled(asked)) SetLogLevel(asked);
+    if (!LogEnabled(asked)) {
+      SetLogLevel(asked);
+      // The tuner's worker processes say as much.
+      setenv("KREG_LOG", std::string(LogLevelName(asked)).c_str(), 1);
+    }
   }
   if (selected == help_cmd) {
     const CLI::App* page = &app;

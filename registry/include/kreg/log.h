@@ -4,9 +4,8 @@
 // unset) and may be changed with SetLogLevel (`kreg -v` sets info, `-vv`
 // debug). A message at or below the level goes to the sink: stderr as
 // "kreg: warning: message" unless SetLogSink replaced it. Plugins'
-// kreg_host.log messages
-// arrive here too (0 info, 1 warning), prefixed with the kernel's name,
-// unless a run's RunOptions.log takes them.
+// kreg_host.log messages arrive here too (0 info, 1 warning), prefixed with
+// the kernel's name, unless a run's RunOptions.log takes them.
 //
 // Thread-safe.
 #ifndef KREG_REGISTRY_LOG_H_
