@@ -535,6 +535,41 @@ TEST(RegistryTest, TheCheckCatchesEveryElementOutsideTheTolerance) {
   }
 }
 
+// A kernel that writes a read-only input is caught wherever it writes: in
+// any of the hash's lanes, in the ragged tail, or by swapping two words.
+TEST(RegistryTest, TheCheckCatchesAWrittenInput) {
+  Registry registry;
+  ASSERT_TRUE(registry.LoadPlugins({AxpyPlugin("axpy")}).empty());
+  std::shared_ptr<const Op> axpy = *registry.GetOp("axpy");
+  std::shared_ptr<const Kernel> reference = registry.Reference("axpy");
+  absl::StatusOr<std::unique_ptr<Problem>> made =
+      Problem::Make(axpy, reference, *axpy->ParseValues(Dims{{"n", 1501}}), {});
+  ASSERT_TRUE(made.ok()) << made.status();
+  Problem& p = **made;
+  unsigned char* x = static_cast<unsigned char*>(p.args()->tensors[0]->data);  // x: read only
+  const size_t bytes = 1501 * sizeof(float);
+  auto run_and_check = [&] {
+    p.RestoreInOut();
+    EXPECT_TRUE(reference->Run(reference->DefaultConfig(), *p.args()).ok());
+    return p.CheckOutputs();
+  };
+  ASSERT_TRUE(run_and_check().ok());
+  for (size_t at : {size_t{0}, size_t{8}, size_t{16}, size_t{24}, size_t{2801}, bytes - 4, bytes - 1}) {
+    SCOPED_TRACE(at);
+    x[at] ^= 0x10;
+    EXPECT_THAT(std::string(run_and_check().message()), HasSubstr("a read-only input was written"));
+    x[at] ^= 0x10;
+    EXPECT_TRUE(run_and_check().ok());
+  }
+  uint64_t a, b;  // two words of different lanes swapped
+  std::memcpy(&a, x + 64, 8);
+  std::memcpy(&b, x + 72, 8);
+  ASSERT_NE(a, b);
+  std::memcpy(x + 64, &b, 8);
+  std::memcpy(x + 72, &a, 8);
+  EXPECT_THAT(std::string(run_and_check().message()), HasSubstr("a read-only input was written"));
+}
+
 // ---- ABI growth ------------------------------------------------------------------------
 
 // Kernels built against an older (smaller) and a newer (larger) struct
