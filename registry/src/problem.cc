@@ -382,27 +382,33 @@ absl::StatusOr<std::unique_ptr<Problem>> Problem::Make(std::shared_ptr<const Op>
 }
 
 uint64_t Problem::HashInputs() const {
-  // FNV-1a over 64-bit words in four independent lanes: one chain of
-  // dependent multiplies ran at a fraction of memory speed, and a gmm's
-  // weights (hundreds of MB) are hashed once per candidate checked.
-  constexpr uint64_t kPrime = 0x100000001b3ull;
-  uint64_t h[4] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull, 0x9ce484222325cbf2ull, 0x2325cbf29ce48422ull};
+  // A Fletcher sum of 64-bit words in eight lanes (a plain sum, and the sum
+  // of the running sums, so a word moved is seen too): additions only, which
+  // vectorise and keep up with memory. A chain of multiplies (FNV) ran far
+  // below it, and a gmm's weights (hundreds of MB) are summed once per
+  // candidate checked.
+  constexpr int kLanes = 8;
+  uint64_t sum[kLanes] = {}, sum2[kLanes] = {};
+  uint64_t tail = 0;
   for (size_t i = 0; i < tensors_.size(); ++i) {
     if (!tensors_[i] || op_->tensors()[i].role != KREG_ROLE_IN) continue;
     const unsigned char* p = static_cast<const unsigned char*>(tensors_[i]->data());
     const size_t n = tensors_[i]->nbytes();
     size_t j = 0;
-    for (; j + 32 <= n; j += 32) {
-      for (int l = 0; l < 4; ++l) {
-        uint64_t w;
-        std::memcpy(&w, p + j + 8 * l, 8);
-        h[l] = (h[l] ^ w) * kPrime;
+    for (; j + 8 * kLanes <= n; j += 8 * kLanes) {
+      uint64_t w[kLanes];
+      std::memcpy(w, p + j, sizeof w);
+      for (int l = 0; l < kLanes; ++l) {
+        sum[l] += w[l];
+        sum2[l] += sum[l];
       }
     }
-    for (; j < n; ++j) h[0] = (h[0] ^ p[j]) * kPrime;
-    h[1] = (h[1] ^ n) * kPrime;  // where one tensor ends and the next begins
+    for (; j < n; ++j) tail = (tail ^ p[j]) * 0x100000001b3ull;
+    tail = (tail ^ n) * 0x100000001b3ull;  // where one tensor ends and the next begins
   }
-  return ((h[0] * kPrime ^ h[1]) * kPrime ^ h[2]) * kPrime ^ h[3];
+  uint64_t h = tail;
+  for (int l = 0; l < kLanes; ++l) h = ((h ^ sum[l]) * 0x100000001b3ull ^ sum2[l]) * 0x100000001b3ull;
+  return h;
 }
 
 void Problem::PoisonOutputs() {
