@@ -14,6 +14,12 @@ endif()
 # Optional: MPI (Debian: libopenmpi-dev openmpi-bin) for the mpi backend,
 # its tests and the collectives benchmark against Open MPI's own.
 find_package(MPI COMPONENTS CXX QUIET)
+# Optional: the CUDA toolkit (nvcc, the runtime) for the cuda device
+# backend; no GPU is needed to build it. Debian's, or /usr/local/cuda.
+if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
+  set(CUDAToolkit_ROOT /usr/local/cuda)
+endif()
+find_package(CUDAToolkit QUIET)
 
 # Optional: the Python package (python/), on Debian's Python 3 with its
 # headers (python3-dev) and pybind11 (pybind11-dev); its tests need NumPy

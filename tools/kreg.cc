@@ -25,6 +25,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "kreg/comm.h"
+#include "kreg/device.h"
 #include "kreg/dispatch.h"
 #include "kreg/measure.h"
 #include "kreg/log.h"
@@ -224,8 +225,23 @@ Json KernelJson(const PluginInfo& plugin, const Kernel& k) {
 
 absl::Status MachineCmd(const Flags& flags) {
   const tuning::Machine& m = ThisMachine();
+  // The GPUs the CUDA backend sees, or why there are none.
+  const absl::StatusOr<std::vector<GpuInfo>> gpus = CudaDevices();
   if (flags.json) {
-    std::cout << Dump(MachineJson(m)) << "\n";
+    Json out = MachineJson(m);
+    out["gpus"] = Json::array();
+    for (const GpuInfo& g : gpus.ok() ? *gpus : std::vector<GpuInfo>{}) {
+      Json gpu = Json::object();
+      gpu["ordinal"] = g.ordinal;
+      gpu["name"] = Str(g.name);
+      gpu["sm"] = g.sm;
+      gpu["sms"] = g.num_sms;
+      gpu["memory_bytes"] = g.memory_bytes;
+      gpu["driver"] = Str(g.driver);
+      out["gpus"].push_back(std::move(gpu));
+    }
+    out["gpus_why_none"] = gpus.ok() ? Json(nullptr) : Str(gpus.status().message());
+    std::cout << Dump(out) << "\n";
     return absl::OkStatus();
   }
   const std::string uarch = MicroArch(m);
@@ -233,6 +249,12 @@ absl::Status MachineCmd(const Flags& flags) {
       "id      %s\nclass   %s\nmodel   %s\nvendor  %s, %s, family %d model %d%s\nisa     %s\ncores   %d\n", m.id(),
       MachineClass(m), m.cpu_model(), m.vendor(), m.arch(), m.family(), m.model(),
       uarch.empty() ? "" : " (" + uarch + ")", absl::StrJoin(m.isa(), ","), m.cores()));
+  if (!gpus.ok()) {
+    std::cout << ValidUtf8(absl::StrCat("gpus    none: ", gpus.status().message(), "\n"));
+  }
+  for (const GpuInfo& g : gpus.ok() ? *gpus : std::vector<GpuInfo>{}) {
+    std::cout << ValidUtf8(absl::StrCat("gpu ", g.ordinal, "   ", GpuSummary(g), "\n"));
+  }
   return absl::OkStatus();
 }
 

@@ -141,11 +141,15 @@ bool MeshFits(const Mesh& mesh, int n);
 // n >= 1 thread ranks sharing one world.
 std::vector<std::unique_ptr<Comm>> ThreadComms(int n, const CommOptions& options);
 
+// Where a backend module (kreg_mpi.so, kreg_cuda.so) may be, in order: the
+// file `env_var` names, else beside kreg's library, next to the program,
+// and in the configured install prefix.
+std::vector<std::string> BackendModulePaths(const char* file, const char* env_var);
+
 // This process's rank of the MPI job it runs in (MPI initialised on first
 // use, finalised when the Comm is destroyed: one per process). The module
-// is $KREG_MPI_BACKEND if set, else <exe>/../lib/kreg/backends/kreg_mpi.so,
-// else the install's. Unavailable when it is missing (kreg built without
-// MPI) or MPI cannot start.
+// is kreg_mpi.so (BackendModulePaths, $KREG_MPI_BACKEND). Unavailable when
+// it is missing (kreg built without MPI) or MPI cannot start.
 absl::StatusOr<std::unique_ptr<Comm>> LoadMpiComm(const CommOptions& options);
 
 // The data class in a collective's tuning key: its backend and, for MPI, the

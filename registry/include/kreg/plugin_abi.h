@@ -403,7 +403,29 @@ typedef struct kreg_config {
 
 /* ---- The host ------------------------------------------------------------ */
 
-struct kreg_device; /* a device backend (streams, device memory): later */
+/* kreg_device.kind */
+#define KREG_DEVICE_CUDA 1
+
+/* A device the host owns through its device backend (a GPU): a kernel that
+ * runs on it launches its work on `stream`, asynchronously, on tensors in
+ * the device's memory (DLTensor.device kDLCUDA, ordinal `ordinal`); the
+ * host synchronises and times around the run. NULL in kreg_host on the CPU. */
+typedef struct kreg_device {
+  size_t struct_size;
+  void* ctx;          /* passed back to alloc and free */
+  int32_t kind;       /* KREG_DEVICE_* */
+  int32_t ordinal;    /* the device's index among its kind */
+  void* stream;       /* CUDA: the cudaStream_t every launch goes on */
+  int32_t sm;         /* CUDA: compute capability, major * 10 + minor (90: sm_90) */
+  int32_t num_sms;    /* CUDA: multiprocessors */
+  uint64_t memory_bytes;
+  const char* name;   /* "NVIDIA H100 80GB HBM3" */
+  /* Device memory (at least 256-byte aligned) for a kernel's own use, freed
+   * with free(); NULL when out of memory. Stream-ordered: usable by work
+   * launched on `stream` after the call. */
+  void* (*alloc)(void* ctx, size_t bytes);
+  void (*free)(void* ctx, void* p);
+} kreg_device;
 
 /* One rank's view of a communicator (collective ops; NCCL's net plugin
  * shape). Messages are point to point, matched by (source, tag) in the

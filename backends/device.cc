@@ -1,0 +1,153 @@
+#include "kreg/device.h"
+
+#include <dlfcn.h>
+
+#include <filesystem>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cuda_backend.h"
+#include "kreg/comm.h"
+
+namespace kreg {
+
+struct Device::Backend {
+  const kreg_cuda_backend* table = nullptr;
+  absl::Status status;  // why there is none
+};
+
+namespace {
+
+// The module, loaded once for the process's life.
+const Device::Backend& TheBackend() {
+  static const Device::Backend* const backend = [] {
+    auto* b = new Device::Backend;
+    std::string tried;
+    for (const std::string& path : BackendModulePaths("kreg_cuda.so", "KREG_CUDA_BACKEND")) {
+      if (!std::filesystem::exists(path)) {
+        absl::StrAppend(&tried, tried.empty() ? "" : ", ", path);
+        continue;
+      }
+      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (handle == nullptr) {
+        b->status = absl::UnavailableError(absl::StrCat("cuda backend: ", dlerror()));
+        return b;
+      }
+      using Entry = const kreg_cuda_backend* (*)();
+      auto entry = reinterpret_cast<Entry>(dlsym(handle, "kreg_cuda_backend_v1"));
+      b->table = entry != nullptr ? entry() : nullptr;
+      if (b->table == nullptr || b->table->struct_size < sizeof(kreg_cuda_backend)) {
+        b->table = nullptr;
+        b->status = absl::UnavailableError(absl::StrCat("cuda backend: ", path, " is not kreg's CUDA backend"));
+      }
+      return b;
+    }
+    b->status = absl::UnavailableError(absl::StrCat(
+        "the CUDA backend is not installed (kreg was built without the CUDA toolkit): looked for ", tried));
+    return b;
+  }();
+  return *backend;
+}
+
+// A module function's failure as a status.
+absl::Status Check(int rc, const char* msg, absl::StatusCode code = absl::StatusCode::kUnavailable) {
+  return rc == 0 ? absl::OkStatus() : absl::Status(code, msg[0] != '\0' ? msg : "the CUDA backend failed");
+}
+
+std::string CudaVersion(int v) { return absl::StrCat(v / 1000, ".", v % 1000 / 10); }
+
+GpuInfo FromModule(int ordinal, const kreg_gpu_info& g) {
+  return GpuInfo{ordinal,        g.name, g.sm, g.num_sms, g.memory_bytes, g.l2_bytes, CudaVersion(g.driver_version),
+                 CudaVersion(g.runtime_version)};
+}
+
+}  // namespace
+
+std::string GpuSummary(const GpuInfo& gpu) {
+  return absl::StrFormat("%s, sm_%d, %.0f GiB, driver CUDA %s", gpu.name, gpu.sm,
+                         static_cast<double>(gpu.memory_bytes) / (1ull << 30), gpu.driver);
+}
+
+absl::StatusOr<std::vector<GpuInfo>> CudaDevices() {
+  const Device::Backend& b = TheBackend();
+  if (b.table == nullptr) return b.status;
+  char msg[512] = "";
+  int n = 0;
+  if (absl::Status s = Check(b.table->count(&n, msg, sizeof msg), msg); !s.ok()) return s;
+  std::vector<GpuInfo> gpus;
+  for (int i = 0; i < n; ++i) {
+    kreg_gpu_info g{};
+    if (absl::Status s = Check(b.table->describe(i, &g, msg, sizeof msg), msg); !s.ok()) return s;
+    gpus.push_back(FromModule(i, g));
+  }
+  return gpus;
+}
+
+absl::StatusOr<std::unique_ptr<Device>> OpenCuda(int ordinal) {
+  absl::StatusOr<std::vector<GpuInfo>> gpus = CudaDevices();
+  if (!gpus.ok()) return gpus.status();
+  if (ordinal < 0 || ordinal >= static_cast<int>(gpus->size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no CUDA device ", ordinal, " (this machine has ", gpus->size(), ")"));
+  }
+  std::unique_ptr<Device> d(new Device);
+  d->backend_ = &TheBackend();
+  d->info_ = (*gpus)[ordinal];
+  char msg[512] = "";
+  if (absl::Status s = Check(d->backend_->table->open(ordinal, &d->abi_, msg, sizeof msg), msg); !s.ok()) {
+    d->backend_ = nullptr;  // nothing to close
+    return s;
+  }
+  return d;
+}
+
+Device::~Device() {
+  if (backend_ != nullptr) backend_->table->close(abi_.ctx);
+}
+
+absl::StatusOr<void*> Device::Alloc(size_t bytes) {
+  void* p = abi_.alloc(abi_.ctx, bytes);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("out of device memory: ", bytes, " bytes on ", info_.name));
+  }
+  return p;
+}
+
+void Device::Free(void* p) { abi_.free(abi_.ctx, p); }
+
+absl::Status Device::ToDevice(void* dst, const void* src, size_t bytes) {
+  char msg[512] = "";
+  return Check(backend_->table->copy(abi_.ctx, dst, src, bytes, 1, msg, sizeof msg), msg, absl::StatusCode::kInternal);
+}
+
+absl::Status Device::ToHost(void* dst, const void* src, size_t bytes) {
+  char msg[512] = "";
+  return Check(backend_->table->copy(abi_.ctx, dst, src, bytes, 0, msg, sizeof msg), msg, absl::StatusCode::kInternal);
+}
+
+absl::Status Device::Synchronize() {
+  char msg[512] = "";
+  return Check(backend_->table->synchronize(abi_.ctx, msg, sizeof msg), msg, absl::StatusCode::kInternal);
+}
+
+absl::Status Device::FlushL2() {
+  char msg[512] = "";
+  return Check(backend_->table->flush_l2(abi_.ctx, msg, sizeof msg), msg, absl::StatusCode::kInternal);
+}
+
+absl::StatusOr<double> Device::Time(const std::function<absl::Status()>& launch) {
+  char msg[512] = "";
+  if (absl::Status s = Check(backend_->table->time_begin(abi_.ctx, msg, sizeof msg), msg, absl::StatusCode::kInternal);
+      !s.ok()) {
+    return s;
+  }
+  const absl::Status launched = launch();
+  double ns = 0;
+  const absl::Status timed =
+      Check(backend_->table->time_end(abi_.ctx, &ns, msg, sizeof msg), msg, absl::StatusCode::kInternal);
+  if (!launched.ok()) return launched;
+  if (!timed.ok()) return timed;
+  return ns;
+}
+
+}  // namespace kreg

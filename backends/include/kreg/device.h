@@ -1,0 +1,85 @@
+// Devices: what only the host owns on an accelerator — its memory, a
+// stream, copies, event timing and the GPU's identity — seen from the host.
+//
+// The CUDA backend is a module, kreg_cuda.so, loaded at run time and built
+// wherever the CUDA toolkit is found (over the CUDA runtime, linked into it
+// statically), so kreg never links CUDA and runs where there is none. Where
+// the module is missing, or there is no driver or no GPU, CudaDevices() and
+// OpenCuda() say why (Unavailable), in one line.
+//
+// A Device's abi() is what a kernel gets in kreg_host.device. Copies and
+// Synchronize wait for the device; Time() records CUDA events on the
+// device's stream around what `launch` enqueues there.
+//
+// Thread-safety: a Device is used by one thread at a time.
+#ifndef KREG_BACKENDS_DEVICE_H_
+#define KREG_BACKENDS_DEVICE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kreg/plugin_abi.h"
+
+namespace kreg {
+
+struct GpuInfo {
+  int ordinal = 0;
+  std::string name;    // "NVIDIA H100 80GB HBM3"
+  int sm = 0;          // compute capability, major * 10 + minor
+  int num_sms = 0;
+  uint64_t memory_bytes = 0;
+  uint64_t l2_bytes = 0;
+  std::string driver;   // the CUDA version the driver supports, "13.0"
+  std::string runtime;  // the CUDA runtime kreg was built with
+};
+
+// "NVIDIA H100 80GB HBM3, sm_90, 80 GiB, driver CUDA 13.0".
+std::string GpuSummary(const GpuInfo& gpu);
+
+// The CUDA devices of this machine; Unavailable with the reason (module
+// missing, no driver, no GPU) otherwise.
+absl::StatusOr<std::vector<GpuInfo>> CudaDevices();
+
+class Device {
+ public:
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const GpuInfo& info() const { return info_; }
+  const kreg_device* abi() const { return &abi_; }
+  void* stream() const { return abi_.stream; }
+
+  // Device memory (256-byte aligned); ResourceExhausted when it runs out.
+  absl::StatusOr<void*> Alloc(size_t bytes);
+  void Free(void* p);
+  absl::Status ToDevice(void* dst, const void* src, size_t bytes);
+  absl::Status ToHost(void* dst, const void* src, size_t bytes);
+  absl::Status Synchronize();
+  // Overwrites twice the L2 on the stream: the next run starts cold.
+  absl::Status FlushL2();
+  // Runs `launch` (which enqueues work on stream()) between two events;
+  // the device time between them, in ns.
+  absl::StatusOr<double> Time(const std::function<absl::Status()>& launch);
+
+  struct Backend;  // the loaded module (device.cc)
+
+ private:
+  friend absl::StatusOr<std::unique_ptr<Device>> OpenCuda(int ordinal);
+  Device() = default;
+  const Backend* backend_ = nullptr;
+  GpuInfo info_;
+  kreg_device abi_{};
+};
+
+// CUDA device `ordinal` with a stream of its own.
+absl::StatusOr<std::unique_ptr<Device>> OpenCuda(int ordinal = 0);
+
+}  // namespace kreg
+
+#endif  // KREG_BACKENDS_DEVICE_H_
