@@ -150,4 +150,80 @@ absl::StatusOr<double> Device::Time(const std::function<absl::Status()>& launch)
   return ns;
 }
 
+// ---- DeviceCall ---------------------------------------------------------------------
+
+namespace {
+
+// The bytes a compact or strided tensor spans (validated: no overflow).
+size_t SpanBytes(const DLTensor& t) {
+  int64_t span = 1, compact = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    if (t.shape[i] == 0) return 0;
+    span += (t.shape[i] - 1) * (t.strides != nullptr ? t.strides[i] : compact);
+    compact *= t.shape[i];
+  }
+  return static_cast<size_t>(span) * ((t.dtype.bits * t.dtype.lanes + 7) / 8);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Make(Device& device, const kreg_args& host) {
+  if (host.flags & (KREG_ARGS_SHAPE_ONLY | KREG_ARGS_ON_DEVICE)) {
+    return absl::InvalidArgumentError("a device call is made from a host call with data");
+  }
+  std::unique_ptr<DeviceCall> call(new DeviceCall(device, host));
+  call->buffers_.assign(host.num_tensors, nullptr);
+  call->bytes_.assign(host.num_tensors, 0);
+  call->tensors_.resize(host.num_tensors);
+  call->pointers_.assign(host.num_tensors, nullptr);
+  for (size_t i = 0; i < host.num_tensors; ++i) {
+    const DLTensor* t = host.tensors[i];
+    if (t == nullptr) continue;
+    call->bytes_[i] = SpanBytes(*t);
+    absl::StatusOr<void*> buffer = device.Alloc(call->bytes_[i]);
+    if (!buffer.ok()) return buffer.status();
+    call->buffers_[i] = *buffer;
+    DLTensor d = *t;  // shape and strides stay the host's (they outlive the call)
+    d.data = *buffer;
+    d.byte_offset = 0;
+    d.device = {kDLCUDA, device.info().ordinal};
+    call->tensors_[i] = d;
+    call->pointers_[i] = &call->tensors_[i];
+  }
+  call->args_ = host;
+  call->args_.flags |= KREG_ARGS_ON_DEVICE;
+  call->args_.tensors = call->pointers_.data();
+  return call;
+}
+
+DeviceCall::~DeviceCall() {
+  for (void* p : buffers_) {
+    if (p != nullptr) device_.Free(p);
+  }
+  device_.Synchronize().IgnoreError();
+}
+
+absl::Status DeviceCall::CopyIn() {
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    if (buffers_[i] == nullptr) continue;
+    const DLTensor& t = *host_.tensors[i];
+    const void* src = static_cast<const char*>(t.data) + t.byte_offset;
+    if (absl::Status s = device_.ToDevice(buffers_[i], src, bytes_[i]); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceCall::CopyBack() {
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    if (buffers_[i] == nullptr) continue;
+    // Every tensor: the inputs too, so one the kernel wrote is caught by the
+    // host's check as on the CPU.
+    DLTensor& t = *host_.tensors[i];
+    if (absl::Status s = device_.ToHost(static_cast<char*>(t.data) + t.byte_offset, buffers_[i], bytes_[i]); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace kreg

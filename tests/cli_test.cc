@@ -392,6 +392,22 @@ TEST(CliTest, BrokenPluginsAreWarnedAboutAndDoNotStopTheRest) {
   EXPECT_THAT(r.out, HasSubstr("warning: plugin " + std::string(KREG_TEST_PLUGIN_DIR) + "/test_wrong_abi.so refused"));
 }
 
+// --device cuda without a GPU (or without the CUDA backend) is one line
+// saying why; a CPU kernel on the GPU is refused; an unknown device is bad
+// input.
+TEST(CliTest, DeviceCudaSaysWhyItCannotRun) {
+  Result r = Kreg("run topk/sort --dims batch=2,n=10,k=3 --device tpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.stderr_text, HasSubstr("--device 'tpu': expected cpu or cuda"));
+  r = Kreg("machine --json");
+  ASSERT_EQ(r.code, 0);
+  const bool gpu = r.stdout_text.find("\"gpus\":[{") != std::string::npos;
+  r = Kreg("run topk/sort --dims batch=2,n=10,k=3 --device cuda");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(Lines(r.stderr_text), 1) << r.stderr_text;
+  EXPECT_THAT(r.stderr_text, HasSubstr(gpu ? "topk/sort runs on the CPU, not on a device" : "--device cuda: "));
+}
+
 // Messages have levels: warnings by default, -v adds what kreg does (and
 // plugins' own notes through kreg_host.log), -vv each location searched;
 // KREG_LOG sets the level without a flag, and KREG_LOG=error hides warnings.

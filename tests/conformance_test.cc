@@ -497,6 +497,46 @@ TEST(ConformanceSuiteTest, TheCheckCatchesAWrongKernel) {
   EXPECT_THAT(wrong.error, HasSubstr("values[0, 0]"));
 }
 
+// Device arguments (KREG_ARGS_ON_DEVICE): their tensors must be CUDA
+// tensors, the op's validator sees their shapes only (topk's reads
+// row_starts on the host: here it must not touch the fake device pointers),
+// and a CPU kernel refuses them.
+TEST(DeviceArgsTest, AreValidatedForShapesAndRefusedByCpuKernels) {
+  std::shared_ptr<const Op> op = *TheRegistry().GetOp("topk");
+  ProblemOptions ragged;
+  ragged.with = {"row_starts", "row_ends"};
+  absl::StatusOr<std::unique_ptr<Problem>> problem = Problem::Make(
+      op, TheRegistry().Reference("topk"), *op->ParseValues(Dims{{"batch", 3}, {"n", 50}, {"k", 5}}), ragged);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const kreg_args& host = *(*problem)->args();
+  std::vector<DLTensor> tensors(host.num_tensors);
+  std::vector<DLTensor*> pointers(host.num_tensors, nullptr);
+  for (size_t i = 0; i < host.num_tensors; ++i) {
+    if (host.tensors[i] == nullptr) continue;
+    tensors[i] = *host.tensors[i];
+    tensors[i].device = {kDLCUDA, 0};
+    tensors[i].data = reinterpret_cast<void*>(uintptr_t{0x10});  // never to be read
+    pointers[i] = &tensors[i];
+  }
+  kreg_args device = host;
+  device.tensors = pointers.data();
+  device.flags = KREG_ARGS_ON_DEVICE;
+  EXPECT_TRUE(op->Validate(device).ok()) << op->Validate(device);
+  EXPECT_EQ(*op->DataClass(device), "");
+
+  kreg_args cpu_flags = device;  // CUDA tensors, not flagged
+  cpu_flags.flags = 0;
+  EXPECT_THAT(std::string(op->Validate(cpu_flags).message()), HasSubstr("input is not a CPU tensor"));
+  kreg_args host_flagged = host;  // CPU tensors, flagged
+  host_flagged.flags = KREG_ARGS_ON_DEVICE;
+  EXPECT_THAT(std::string(op->Validate(host_flagged).message()), HasSubstr("input is not a CUDA tensor"));
+
+  std::shared_ptr<const Kernel> heap = *TheRegistry().Get("topk/sort");
+  const absl::Status refused = heap->Check(heap->DefaultConfig(), device);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("topk/sort runs on the CPU, not on a device"));
+}
+
 class KernelConformanceTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {

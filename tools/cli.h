@@ -66,6 +66,7 @@ struct Flags {
   std::string mesh;  // "2x2", "x=2,y=4"
   std::string backend = "threads";
   int nodes = 1;  // an MPI job's nodes: query's --nodes; run and tune count them
+  std::string device = "cpu";  // run: cpu or cuda (a device kernel on the GPU)
   double comm_timeout = 30;
   bool check = false;
   std::string save_outputs;

@@ -353,6 +353,16 @@ absl::Status Run(const Flags& given) {
     config = *c;
   }
   const Op& op = *spec->op;
+  // A device kernel runs on the GPU, its problem made here and copied over.
+  std::unique_ptr<Device> device;
+  if (flags.device == "cuda") {
+    if (op.collective()) return absl::InvalidArgumentError("--device cuda: collective ops run on the CPU's ranks");
+    absl::StatusOr<std::unique_ptr<Device>> opened = OpenCuda();
+    if (!opened.ok()) return absl::FailedPreconditionError(absl::StrCat("--device cuda: ", opened.status().message()));
+    device = *std::move(opened);
+  } else if (flags.device != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat("--device '", flags.device, "': expected cpu or cuda"));
+  }
   // Collectives run on every rank at once: each builds its own problem (its
   // inputs seeded by its rank) and they measure together; rank 0 reports.
   // Ranks are threads of this process (--ranks N), or this process is one
@@ -461,6 +471,7 @@ absl::Status Run(const Flags& given) {
     options.check = flags.check;
     options.run.num_threads = threads;
     options.comm = comm;
+    options.device = device.get();
     measured[rank] = MeasureKernel(*kernel, config, {problems[rank].get()}, options);
   };
   if (!comms.empty()) {
@@ -527,14 +538,18 @@ absl::Status Run(const Flags& given) {
     out["check"] = !flags.check ? "skipped" : failed_check ? "failed" : "ok";
     out["error"] = failed_check ? Str(m.error) : Json(nullptr);
     out["chosen_by"] = std::move(chosen_by);
+    // On a GPU: which, and how it was timed.
+    out["device"] = device != nullptr ? Str(GpuSummary(device->info())) : Json(nullptr);
+    out["timing"] = device != nullptr ? "cuda events, cold L2" : "host clock";
     std::cout << Dump(out) << "\n";
   } else {
     const std::string config_text = kernel->ConfigString(config);
     std::cout << ValidUtf8(absl::StrFormat(
-        "%s %s %s%s%s  median %.3f us  min %.3f us  max %.3f us  check %s%s\n", name, key.dtype, DimsString(key.dims),
-        config_text.empty() ? "" : "  ", config_text, m.median_ns / 1e3, m.min_ns / 1e3, m.max_ns / 1e3,
-        !flags.check ? "skipped" : failed_check ? absl::StrCat("FAILED: ", m.error) : "ok",
-        how.empty() ? "" : absl::StrCat("  (chosen by the table: ", how, ")")));
+        "%s %s %s%s%s  median %.3f us  min %.3f us  max %.3f us  check %s%s%s\n", name, key.dtype,
+        DimsString(key.dims), config_text.empty() ? "" : "  ", config_text, m.median_ns / 1e3, m.min_ns / 1e3,
+        m.max_ns / 1e3, !flags.check ? "skipped" : failed_check ? absl::StrCat("FAILED: ", m.error) : "ok",
+        how.empty() ? "" : absl::StrCat("  (chosen by the table: ", how, ")"),
+        device == nullptr ? "" : absl::StrCat("  on ", device->info().name, " (cuda events, cold L2)")));
   }
   std::cout.flush();
   if (failed_check) return absl::InternalError("check failed: outputs differ from the reference");
@@ -858,6 +873,11 @@ int Main(int argc, char** argv) {
   AddGenerate(run, f);
   AddMeasure(run, f);
   run->add_flag("--check", f.check, "check the outputs against the op's reference kernel");
+  run->add_option("--device", f.device,
+                  "cpu, or cuda: run a CUDA kernel on the GPU (inputs made here, copied over once; timed with CUDA "
+                  "events, the L2 flushed before each run; outputs copied back for --check)")
+      ->option_text("NAME")
+      ->capture_default_str();
   AddComm(run, f);
   run->add_option("--db", f.db, "a tuning table; with OP alone, run what it picks for the problem")->option_text("FILE");
   AddDataClass(run, f, "with --db: the data class to ask the table for (default: the op's classifier on the inputs, "

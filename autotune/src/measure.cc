@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "kreg/device.h"
 
 namespace kreg {
 namespace {
@@ -68,7 +69,16 @@ class Ranks {
 // Runs `run` once, timed; a collective starts every rank at a barrier, and
 // a rank whose run fails tells the others at once (their kernels' waits on
 // it fail rather than time out; the agreement that follows goes on).
-absl::Status TimedRun(PreparedRun& run, Comm* comm, double* nanos) {
+absl::Status TimedRun(PreparedRun& run, Comm* comm, double* nanos, Device* device = nullptr, bool cold = false) {
+  if (device != nullptr) {  // events on the device's stream around the launch
+    if (cold) {
+      if (absl::Status s = device->FlushL2(); !s.ok()) return s;
+    }
+    absl::StatusOr<double> ns = device->Time([&] { return run.Run(); });
+    if (!ns.ok()) return ns.status();
+    *nanos = *ns;
+    return absl::OkStatus();
+  }
   if (comm != nullptr) {
     if (absl::Status s = comm->Barrier(); !s.ok()) return s;
   }
@@ -120,12 +130,33 @@ Measurement MeasureKernel(const Kernel& kernel, const Config& config, const std:
       return m;
     }
   }
-  if (failed(kernel.Check(config, *problems[0]->args()), TrialStatus::kIllegal)) return m;
+  // Device kernels: each problem's call on the device (its data validated
+  // on the host first, by the host call's check).
+  Device* device = options.device;
+  std::vector<std::unique_ptr<DeviceCall>> on_device;
+  if (device != nullptr) {
+    run_options.device = device->abi();
+    if (failed(kernel.op_info().Validate(*problems[0]->args()), TrialStatus::kIllegal)) return m;
+    for (Problem* p : problems) {
+      absl::StatusOr<std::unique_ptr<DeviceCall>> call = DeviceCall::Make(*device, *p->args());
+      if (failed(call.status())) return m;
+      on_device.push_back(*std::move(call));
+    }
+  }
+  auto args_of = [&](size_t i) { return device != nullptr ? on_device[i]->args() : problems[i]->args(); };
+  // Puts problem i's tensors on the device (after the host restored or
+  // poisoned them); nothing on the CPU.
+  auto copy_in = [&](size_t i) { return device != nullptr ? on_device[i]->CopyIn() : absl::OkStatus(); };
+  if (failed(kernel.Check(config, *args_of(0)), TrialStatus::kIllegal)) return m;
   // Everything a run needs is made now, outside the clock.
   std::vector<std::unique_ptr<PreparedRun>> prepared;
   absl::Status prepare_status;
-  for (Problem* p : problems) {
-    absl::StatusOr<std::unique_ptr<PreparedRun>> run = kernel.Prepare(config, *p->args(), run_options);
+  for (size_t i = 0; i < problems.size(); ++i) {
+    if (absl::Status s = copy_in(i); !s.ok()) {
+      prepare_status = s;
+      break;
+    }
+    absl::StatusOr<std::unique_ptr<PreparedRun>> run = kernel.Prepare(config, *args_of(i), run_options);
     if (!run.ok()) {
       prepare_status = run.status();
       break;
@@ -137,11 +168,14 @@ Measurement MeasureKernel(const Kernel& kernel, const Config& config, const std:
   // The reference runs first, on inputs no candidate has touched.
   if (check && failed(problems[0]->ComputeReference())) return m;
   double first_ns = 0;
+  const bool cold = device != nullptr && options.cold;
   if (check || options.reps <= 1) {
     Problem& first = *problems[0];
     first.PoisonOutputs();
     first.RestoreInOut();
-    if (failed(TimedRun(*prepared[0], options.comm, &first_ns))) return m;
+    if (device != nullptr && failed(copy_in(0))) return m;
+    if (failed(TimedRun(*prepared[0], options.comm, &first_ns, device, cold))) return m;
+    if (device != nullptr && failed(on_device[0]->CopyBack())) return m;
     if (check) {
       const absl::Status c = first.CheckOutputs();
       if (failed(c, absl::IsInvalidArgument(c) ? TrialStatus::kWrongResult : TrialStatus::kError)) return m;
@@ -154,19 +188,25 @@ Measurement MeasureKernel(const Kernel& kernel, const Config& config, const std:
   } else {
     size_t turn = 0;
     const int warmup = options.verified ? std::min(options.warmup, 1) : options.warmup;
+    // In-out tensors restored before each run (on the device too), outside
+    // the clock; false when that failed.
+    auto restore = [&](size_t at) {
+      problems[at]->RestoreInOut();
+      return device == nullptr || !problems[at]->has_inout() || !failed(copy_in(at));
+    };
     for (int i = 0; i < warmup; ++i) {
       const size_t at = turn++ % problems.size();
-      problems[at]->RestoreInOut();
+      if (!restore(at)) return m;
       double ns = 0;
-      if (failed(TimedRun(*prepared[at], options.comm, &ns))) return m;
+      if (failed(TimedRun(*prepared[at], options.comm, &ns, device, cold))) return m;
     }
     double timed_ns = 0;  // the timed runs so far
     std::vector<double> medians;  // the running median after each sample
     for (int i = 0; i < options.reps; ++i) {
       const size_t at = turn++ % problems.size();
-      problems[at]->RestoreInOut();
+      if (!restore(at)) return m;
       double ns = 0;
-      if (absl::Status s = TimedRun(*prepared[at], options.comm, &ns); !s.ok()) {
+      if (absl::Status s = TimedRun(*prepared[at], options.comm, &ns, device, cold); !s.ok()) {
         m.status = TrialStatus::kError;
         m.error = std::string(s.message());
       }

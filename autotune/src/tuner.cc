@@ -586,9 +586,10 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
     kernels.push_back(*k);
   }
   if (request.variants.empty()) {
-    // The reference is the oracle, not a contender.
+    // The reference is the oracle, not a contender; device kernels tune
+    // on their device, not here.
     for (std::shared_ptr<const Kernel>& k : registry.Kernels(op.name())) {
-      if (k->available() && !k->is_reference()) kernels.push_back(std::move(k));
+      if (k->available() && !k->is_reference() && k->device() == 0) kernels.push_back(std::move(k));
     }
   }
   if (kernels.empty()) return absl::NotFoundError(absl::StrCat("no available ", op.name(), " kernel to tune"));

@@ -710,6 +710,7 @@ absl::Status Op::Validate(const kreg_args& a) const {
     }
   }
   const bool shape_only = (a.flags & KREG_ARGS_SHAPE_ONLY) != 0;  // data is never read then
+  const bool on_device = (a.flags & KREG_ARGS_ON_DEVICE) != 0;    // nor here then
   std::vector<std::optional<DType>> types(tensors_.size());
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const TensorInfo& info = tensors_[i];
@@ -719,7 +720,8 @@ absl::Status Op::Validate(const kreg_args& a) const {
       if (!info.optional) return tbad("is missing");
       continue;
     }
-    if (t->device.device_type != kDLCPU) return tbad("is not a CPU tensor");
+    if (!on_device && t->device.device_type != kDLCPU) return tbad("is not a CPU tensor");
+    if (on_device && t->device.device_type != kDLCUDA) return tbad("is not a CUDA tensor (the args are on a device)");
     absl::StatusOr<DType> dt = FromDLDataType(t->dtype);
     if (!dt.ok() || !(info.dtypes & DTypeBit(*dt))) {
       return tbad(absl::StrCat("must be ", DTypeSetString(info.dtypes),
@@ -769,7 +771,11 @@ absl::Status Op::Validate(const kreg_args& a) const {
   }
   if (validate_ != nullptr) {
     char msg[512] = "";
-    const kreg_status code = validate_(&a, msg, sizeof msg);
+    // Device data is the host's to check before copying: the op's
+    // validator sees shapes only.
+    kreg_args shapes = a;
+    if (on_device) shapes.flags |= KREG_ARGS_SHAPE_ONLY;
+    const kreg_status code = validate_(&shapes, msg, sizeof msg);
     msg[sizeof msg - 1] = '\0';
     if (code != KREG_OK) return bad(msg[0] ? msg : "arguments refused by the op's validator");
   }
@@ -799,7 +805,7 @@ OpKey Op::KeyOf(const kreg_args& a) const {
 }
 
 absl::StatusOr<std::string> Op::DataClass(const kreg_args& args) const {
-  if (data_class_ == nullptr || (args.flags & KREG_ARGS_SHAPE_ONLY)) return std::string();
+  if (data_class_ == nullptr || (args.flags & (KREG_ARGS_SHAPE_ONLY | KREG_ARGS_ON_DEVICE))) return std::string();
   char out[256] = "";
   const kreg_status code = data_class_(&args, out, sizeof out);
   out[sizeof out - 1] = '\0';

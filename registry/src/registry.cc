@@ -277,6 +277,7 @@ std::unique_ptr<PreparedRun::HostContext> MakeHost(const std::string& kernel, co
   h.free = HostCallbacks::Free;
   h.dispatch = HostCallbacks::Dispatch;
   h.comm = options.comm;
+  h.device = options.device;
   return c;
 }
 
@@ -299,6 +300,7 @@ Kernel::Kernel(std::shared_ptr<const LoadedPlugin> plugin, std::shared_ptr<const
     prepare_ = desc->prepare;
     release_ = desc->release;
   }
+  if (KREG_HAS_FIELD(desc, kreg_kernel, device)) device_ = desc->device;
 }
 
 bool Kernel::available() const {
@@ -317,6 +319,14 @@ absl::StatusOr<Config> Kernel::ParseConfig(
 }
 
 absl::Status Kernel::Check(const Config& config, const kreg_args& args) const {
+  // A CPU kernel on device tensors, or a device kernel on CPU ones.
+  const bool on_device = (args.flags & KREG_ARGS_ON_DEVICE) != 0;
+  if (device_ != 0 && !on_device && !(args.flags & KREG_ARGS_SHAPE_ONLY)) {
+    return absl::FailedPreconditionError(absl::StrCat(name_, " runs on a CUDA device (run it with --device cuda)"));
+  }
+  if (device_ == 0 && on_device) {
+    return absl::FailedPreconditionError(absl::StrCat(name_, " runs on the CPU, not on a device"));
+  }
   if (absl::Status s = op_->Validate(args); !s.ok()) return s;
   return CheckConfig(config, args);
 }

@@ -24,6 +24,7 @@
 
 #include "kreg/autotune.h"
 #include "kreg/comm.h"
+#include "kreg/device.h"
 #include "kreg/problem.h"
 #include "kreg/registry.h"
 
@@ -37,6 +38,12 @@ struct MeasureOptions {
   bool verified = false;   // already checked on these problems: skip the check, warm up once
   RunOptions run;          // threads, cancellation, workspace
   Comm* comm = nullptr;    // collective ops: this rank's (sets run.comm)
+  // Device kernels: the device they run on (sets run.device). The problems
+  // stay on the host; each run's tensors are device copies (DeviceCall),
+  // timed with events on the device's stream, the L2 flushed before each
+  // timed run when `cold`; the checked run's outputs come back for the check.
+  Device* device = nullptr;
+  bool cold = true;
 };
 
 // Measures `kernel` with `config` on `problems` (at least one). reps <= 1:

@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "dlpack/dlpack.h"
 #include "kreg/plugin_abi.h"
 
 namespace kreg {
@@ -79,6 +80,41 @@ class Device {
 
 // CUDA device `ordinal` with a stream of its own.
 absl::StatusOr<std::unique_ptr<Device>> OpenCuda(int ordinal = 0);
+
+// A host Problem's call on a device: a device buffer per tensor, and args
+// (KREG_ARGS_ON_DEVICE) over them with the host call's shapes, dims and
+// attributes. The host Problem stays the truth: CopyIn puts its tensors on
+// the device (inputs, in-out ones as restored, outputs as poisoned),
+// CopyBack brings them all back into it, so
+// Problem::CheckOutputs checks the device's results against the CPU
+// reference. Holds the Problem and the Device by reference.
+class DeviceCall {
+ public:
+  // The host problem's data is validated there first (the op's validator
+  // reads it); device args are checked for shapes only.
+  static absl::StatusOr<std::unique_ptr<DeviceCall>> Make(Device& device, const kreg_args& host_args);
+  ~DeviceCall();
+  DeviceCall(const DeviceCall&) = delete;
+  DeviceCall& operator=(const DeviceCall&) = delete;
+
+  const kreg_args* args() const { return &args_; }
+  // Every tensor, host to device (outputs too: poisoned, a kernel that
+  // leaves one unwritten is caught).
+  absl::Status CopyIn();
+  // Every tensor, device to host: outputs, in-out tensors, and inputs (so
+  // the host's check catches an input the kernel wrote, as on the CPU).
+  absl::Status CopyBack();
+
+ private:
+  DeviceCall(Device& device, const kreg_args& host) : device_(device), host_(host) {}
+  Device& device_;
+  const kreg_args& host_;
+  std::vector<void*> buffers_;  // per tensor, nullptr where absent
+  std::vector<size_t> bytes_;
+  std::vector<DLTensor> tensors_;
+  std::vector<DLTensor*> pointers_;
+  kreg_args args_{};
+};
 
 }  // namespace kreg
 

@@ -286,6 +286,10 @@ typedef struct kreg_attr_desc {
 
 /* kreg_args.flags */
 #define KREG_ARGS_SHAPE_ONLY 1u /* tensors carry shapes only: never read data */
+/* The tensors are in kreg_host.device's memory (DLTensor.device kDLCUDA):
+ * host-side code (validate, data_class, check) never reads their data; the
+ * host validated the same call's data on the CPU before copying it over. */
+#define KREG_ARGS_ON_DEVICE 2u
 
 /* The arguments of one call of an op. See "Arguments" above. */
 typedef struct kreg_args {
@@ -529,6 +533,10 @@ typedef struct kreg_kernel {
   kreg_status (*prepare)(const kreg_config* config, const kreg_args* args, const kreg_host* host,
                          void** state, char* msg, size_t msg_cap);
   void (*release)(void* state);
+  /* Where the kernel runs: 0 the CPU; KREG_DEVICE_CUDA a CUDA device, on
+   * args flagged KREG_ARGS_ON_DEVICE, launching on kreg_host.device's
+   * stream (the host synchronises). */
+  uint32_t device;
 } kreg_kernel;
 #define KREG_KERNEL_MIN_SIZE (offsetof(kreg_kernel, run) + sizeof(void*))
 

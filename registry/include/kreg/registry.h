@@ -73,6 +73,9 @@ struct RunOptions {
   std::function<absl::Status(absl::string_view op, const kreg_args& args)> dispatch;
   // kreg_host.comm: this rank's communicator, for collective ops.
   const kreg_comm* comm = nullptr;
+  // kreg_host.device: the device a device kernel runs on (kreg/device.h's
+  // Device::abi()); nullptr on the CPU.
+  const kreg_device* device = nullptr;
 };
 
 class LoadedPlugin;
@@ -122,6 +125,8 @@ class Kernel {
   uint32_t version() const { return desc_->version; }
   const std::string& doc() const { return doc_; }
   uint32_t required_isa() const { return desc_->required_isa; }
+  // KREG_DEVICE_* where it runs; 0 for the CPU.
+  uint32_t device() const { return device_; }
   bool is_reference() const { return (flags_ & KREG_KERNEL_REFERENCE) != 0; }
   // False when the CPU lacks an ISA extension the kernel requires.
   bool available() const;
@@ -165,6 +170,7 @@ class Kernel {
   // Optional entry points, NULL where struct_size does not cover them.
   decltype(kreg_kernel::prepare) prepare_ = nullptr;
   decltype(kreg_kernel::release) release_ = nullptr;
+  uint32_t device_ = 0;
 };
 
 struct PluginInfo {
