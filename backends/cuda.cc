@@ -1,4 +1,4 @@
-// The CUDA device backend: a module (kreg_cuda.so) over the CUDA runtime,
+// The CUDA device backend: a module (kreg_cuda_backend.so) over the CUDA runtime,
 // linked statically, so neither the host nor a machine without CUDA needs
 // its libraries. Built wherever the CUDA toolkit is found; where no driver
 // or GPU is present, count() says why. See cuda_backend.h.
@@ -33,14 +33,14 @@ int Count(int* n, char* msg, size_t cap) {
     int runtime = 0;
     cudaRuntimeGetVersion(&runtime);
     cudaGetLastError();
-    std::snprintf(msg, cap, "no CUDA device: no NVIDIA driver, or one older than this runtime (CUDA %d.%d)",
+    std::snprintf(msg, cap, "no NVIDIA driver, or one older than this runtime (CUDA %d.%d)",
                   runtime / 1000, runtime % 1000 / 10);
     return 1;
   } else if (e != cudaSuccess) {
-    return Fail(msg, cap, "no CUDA device", e);
+    return Fail(msg, cap, "cudaGetDeviceCount", e);
   }
   if (*n == 0) {
-    std::snprintf(msg, cap, "no CUDA device: the driver reports none");
+    std::snprintf(msg, cap, "the NVIDIA driver reports no GPU");
     return 1;
   }
   return 0;

@@ -1,4 +1,4 @@
-// The table the CUDA device backend module (kreg_cuda.so, backends/cuda.cc)
+// The table the CUDA device backend module (kreg_cuda_backend.so, backends/cuda.cc)
 // hands the host (backends/device.cc): kreg's own, not the plugin ABI. The
 // module is built wherever the CUDA toolkit is found and loaded at run time,
 // so the host never links CUDA. Every function returns 0 on success, else

@@ -24,7 +24,7 @@ const Device::Backend& TheBackend() {
   static const Device::Backend* const backend = [] {
     auto* b = new Device::Backend;
     std::string tried;
-    for (const std::string& path : BackendModulePaths("kreg_cuda.so", "KREG_CUDA_BACKEND")) {
+    for (const std::string& path : BackendModulePaths("kreg_cuda_backend.so", "KREG_CUDA_BACKEND")) {
       if (!std::filesystem::exists(path)) {
         absl::StrAppend(&tried, tried.empty() ? "" : ", ", path);
         continue;
@@ -82,6 +82,23 @@ absl::StatusOr<std::vector<GpuInfo>> CudaDevices() {
     gpus.push_back(FromModule(i, g));
   }
   return gpus;
+}
+
+absl::Status CanRun(const Kernel& kernel) {
+  if (kernel.device() == KREG_DEVICE_CUDA) {
+    absl::StatusOr<std::vector<GpuInfo>> gpus = CudaDevices();
+    if (gpus.ok()) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(kernel.name(), " needs a CUDA device; none here: ", gpus.status().message()));
+  }
+  if (kernel.device() != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(kernel.name(), " needs device kind ", kernel.device(),
+                                                      ", which this kreg does not know"));
+  }
+  if (kernel.available()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(kernel.name(), " needs ",
+                                                    IsaString(kernel.required_isa() & ~CpuIsa()),
+                                                    ", which this CPU lacks"));
 }
 
 absl::StatusOr<std::unique_ptr<Device>> OpenCuda(int ordinal) {

@@ -20,6 +20,21 @@ if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
   set(CUDAToolkit_ROOT /usr/local/cuda)
 endif()
 find_package(CUDAToolkit QUIET)
+# The cuda plugin's device code needs nvcc as CMake's CUDA compiler; not in
+# sanitizer builds (nvcc takes no sanitizer flags).
+set(KREG_CUDA_FOUND OFF)
+set(KREG_CUDA_ARCHITECTURES "90-real;90-virtual" CACHE STRING "GPU architectures of the cuda plugin (sm_90 and its PTX)")
+if(CUDAToolkit_FOUND AND NOT KREG_SANITIZE AND NOT KREG_FUZZ)
+  if(NOT DEFINED CMAKE_CUDA_COMPILER AND CUDAToolkit_NVCC_EXECUTABLE)
+    set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    enable_language(CUDA)
+    set(KREG_CUDA_FOUND ON)
+  endif()
+endif()
 
 # Optional: the Python package (python/), on Debian's Python 3 with its
 # headers (python3-dev) and pybind11 (pybind11-dev); its tests need NumPy

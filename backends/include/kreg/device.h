@@ -1,7 +1,7 @@
 // Devices: what only the host owns on an accelerator — its memory, a
 // stream, copies, event timing and the GPU's identity — seen from the host.
 //
-// The CUDA backend is a module, kreg_cuda.so, loaded at run time and built
+// The CUDA backend is a module, kreg_cuda_backend.so, loaded at run time and built
 // wherever the CUDA toolkit is found (over the CUDA runtime, linked into it
 // statically), so kreg never links CUDA and runs where there is none. Where
 // the module is missing, or there is no driver or no GPU, CudaDevices() and
@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "dlpack/dlpack.h"
 #include "kreg/plugin_abi.h"
+#include "kreg/registry.h"
 
 namespace kreg {
 
@@ -80,6 +81,11 @@ class Device {
 
 // CUDA device `ordinal` with a stream of its own.
 absl::StatusOr<std::unique_ptr<Device>> OpenCuda(int ordinal = 0);
+
+// Whether this machine can run `kernel`: a CPU kernel where the CPU has its
+// ISA (Kernel::available), a CUDA kernel where there is a CUDA device;
+// FailedPrecondition saying what is missing otherwise.
+absl::Status CanRun(const Kernel& kernel);
 
 // A host Problem's call on a device: a device buffer per tensor, and args
 // (KREG_ARGS_ON_DEVICE) over them with the host call's shapes, dims and
