@@ -3,6 +3,7 @@
 // error line ("kreg COMMAND: message") and returns the exit code: 0 done,
 // 1 failed, 2 bad input.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -504,6 +506,10 @@ absl::Status Run(const Flags& given) {
   Problem& p = *problems[0];
   const Measurement& m = measured[0];
   const bool failed_check = m.status == TrialStatus::kWrongResult;
+  // Under mpirun, a rank that only relays another's failure lets the ranks
+  // with a reason of their own say it first: mpirun ends the whole job at
+  // the first rank to exit with an error, before the others print.
+  if (!m.ok() && m.relayed && flags.backend == "mpi") std::this_thread::sleep_for(std::chrono::seconds(1));
   // Unchecked runs fail too where a kernel wrote past a tensor's end.
   if (!m.ok() && (!failed_check || !flags.check)) {
     return m.status == TrialStatus::kIllegal ? absl::InvalidArgumentError(m.error) : absl::InternalError(m.error);

@@ -43,6 +43,7 @@ class Ranks {
     if (severity != (*all)[0]) {
       m->status = FromSeverity((*all)[0]);
       m->error = absl::StrCat("rank ", failed, " failed");
+      m->relayed = true;
     }
     return false;
   }

@@ -31,9 +31,9 @@ struct RadixArgs {
 
 // The largest k it sorts (on chip).
 int RadixMaxK();
-// Enqueues the top-k of every row on `stream` (a cudaStream_t); non-zero
-// with a reason in msg if the launch failed.
-int LaunchRadixTopK(const RadixArgs& args, void* stream, char* msg, size_t cap);
+// Enqueues the top-k of every row on `stream` (a cudaStream_t of device
+// `ordinal`); non-zero with a reason in msg if the launch failed.
+int LaunchRadixTopK(const RadixArgs& args, int ordinal, void* stream, char* msg, size_t cap);
 
 }  // namespace kreg::cuda
 

@@ -89,7 +89,7 @@ kreg_status RadixRun(const kreg_config* config, const kreg_args* args, void*, vo
   a.bf16 = t[kInput]->dtype.code == kDLBfloat;
   a.bits = static_cast<int>(config->values[0]->value);
   a.block = static_cast<int>(config->values[1]->value);
-  return LaunchRadixTopK(a, host->device->stream, msg, cap) == 0 ? KREG_OK : KREG_INTERNAL;
+  return LaunchRadixTopK(a, host->device->ordinal, host->device->stream, msg, cap) == 0 ? KREG_OK : KREG_INTERNAL;
 }
 
 const kreg_kernel kRadix = {

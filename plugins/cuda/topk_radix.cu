@@ -167,9 +167,16 @@ cudaError_t LaunchWith(const RadixArgs& a, cudaStream_t stream) {
 
 int RadixMaxK() { return kMaxK; }
 
-int LaunchRadixTopK(const RadixArgs& a, void* stream, char* msg, size_t cap) {
+int LaunchRadixTopK(const RadixArgs& a, int ordinal, void* stream, char* msg, size_t cap) {
   if (a.batch == 0 || a.k == 0) return 0;
-  cudaError_t e = cudaErrorInvalidValue;
+  // This plugin's runtime is its own (linked statically): it launches on
+  // the host's device and stream.
+  cudaError_t e = cudaSetDevice(ordinal);
+  if (e != cudaSuccess) {
+    std::snprintf(msg, cap, "topk/cuda_radix: cudaSetDevice(%d): %s", ordinal, cudaGetErrorString(e));
+    return 1;
+  }
+  e = cudaErrorInvalidValue;
   const auto s = static_cast<cudaStream_t>(stream);
   switch (a.block) {
     case 256:

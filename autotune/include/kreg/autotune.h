@@ -47,6 +47,9 @@ struct Measurement {
   int reps = 0;
   std::string error;  // why, when status is not kOk
   int signal = 0;     // kCrashed: the signal that ended the process running it (0: unknown)
+  // Collectives: the failure is another rank's ("rank R failed"), learned
+  // when the ranks agreed on the outcome.
+  bool relayed = false;
   bool ok() const { return status == TrialStatus::kOk; }
 };
 
