@@ -304,6 +304,7 @@ Kernel::Kernel(std::shared_ptr<const LoadedPlugin> plugin, std::shared_ptr<const
 }
 
 bool Kernel::available() const {
+  if (device_ != 0) return false;  // it runs on its device, not here (kreg/device.h: CanRun)
   const uint32_t need = desc_->required_isa;
   return (need & ~static_cast<uint32_t>(KREG_ISA_KNOWN_MASK)) == 0 && (need & ~CpuIsa()) == 0;
 }
@@ -344,7 +345,7 @@ absl::Status Kernel::CheckConfig(const Config& config, const kreg_args& args) co
 
 absl::StatusOr<std::unique_ptr<PreparedRun>> Kernel::Prepare(const Config& config, const kreg_args& args,
                                                              const RunOptions& options) const {
-  if (!available()) {
+  if (device_ == 0 && !available()) {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, " needs ", IsaString(required_isa() & ~CpuIsa()), ", which this CPU lacks"));
   }

@@ -128,7 +128,9 @@ class Kernel {
   // KREG_DEVICE_* where it runs; 0 for the CPU.
   uint32_t device() const { return device_; }
   bool is_reference() const { return (flags_ & KREG_KERNEL_REFERENCE) != 0; }
-  // False when the CPU lacks an ISA extension the kernel requires.
+  // Whether it runs here on the CPU: false when the CPU lacks an ISA
+  // extension the kernel requires, and for a device kernel (which runs on
+  // its device's arguments: kreg/device.h's CanRun says whether it can).
   bool available() const;
   const std::string& plugin_path() const;
   const std::string& plugin_name() const;
