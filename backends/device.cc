@@ -70,18 +70,26 @@ std::string GpuSummary(const GpuInfo& gpu) {
 }
 
 absl::StatusOr<std::vector<GpuInfo>> CudaDevices() {
-  const Device::Backend& b = TheBackend();
-  if (b.table == nullptr) return b.status;
-  char msg[512] = "";
-  int n = 0;
-  if (absl::Status s = Check(b.table->count(&n, msg, sizeof msg), msg); !s.ok()) return s;
-  std::vector<GpuInfo> gpus;
-  for (int i = 0; i < n; ++i) {
-    kreg_gpu_info g{};
-    if (absl::Status s = Check(b.table->describe(i, &g, msg, sizeof msg), msg); !s.ok()) return s;
-    gpus.push_back(FromModule(i, g));
-  }
-  return gpus;
+  // Asked once per process: CanRun asks for every CUDA kernel it is shown.
+  static const absl::StatusOr<std::vector<GpuInfo>>* const found = []() -> absl::StatusOr<std::vector<GpuInfo>>* {
+    const Device::Backend& b = TheBackend();
+    if (b.table == nullptr) return new absl::StatusOr<std::vector<GpuInfo>>(b.status);
+    char msg[512] = "";
+    int n = 0;
+    if (absl::Status s = Check(b.table->count(&n, msg, sizeof msg), msg); !s.ok()) {
+      return new absl::StatusOr<std::vector<GpuInfo>>(s);
+    }
+    std::vector<GpuInfo> gpus;
+    for (int i = 0; i < n; ++i) {
+      kreg_gpu_info g{};
+      if (absl::Status s = Check(b.table->describe(i, &g, msg, sizeof msg), msg); !s.ok()) {
+        return new absl::StatusOr<std::vector<GpuInfo>>(s);
+      }
+      gpus.push_back(FromModule(i, g));
+    }
+    return new absl::StatusOr<std::vector<GpuInfo>>(std::move(gpus));
+  }();
+  return *found;
 }
 
 absl::Status CanRun(const Kernel& kernel) {

@@ -81,6 +81,14 @@ py::object JsonToPython(const cli::Json& json) {
   return py::module_::import("json").attr("loads")(cli::Dump(json));
 }
 
+// A thread count as the command line takes it: 0 (all cores) to 1024.
+int Threads(int threads) {
+  if (threads < 0 || threads > 1024) {
+    throw py::value_error(absl::StrCat("threads=", threads, ": expected 0 (all cores) to 1024"));
+  }
+  return threads;
+}
+
 // "batch=8,n=1000" from a dict {"batch": 8, "n": 1000} or such a string.
 std::string DimsText(const py::object& dims) {
   if (dims.is_none()) return "";
@@ -343,7 +351,7 @@ py::dict RunKernel(const Kernel& kernel, const py::dict& params, const py::objec
   const Config config = Value(kernel.ParseConfig(overrides));
   Call call(kernel.op_ptr(), kwargs, out, dtype);
   RunOptions options;
-  options.num_threads = threads;
+  options.num_threads = Threads(threads);
   absl::Status status;
   {
     py::gil_scoped_release release;
@@ -363,13 +371,33 @@ py::dict KernelInfo(const Registry& registry, const Kernel& kernel) {
 struct PyTuningDb {
   std::string path;
   TuningDb db;
+  // The answering table (this one with the shipped ones behind it) of the
+  // last query, kept for the next with the same registry and policy:
+  // building it reads the shipped tables (~15 ms), a lookup takes microseconds.
+  struct Answering {
+    std::shared_ptr<const Registry> registry;
+    std::string machine;
+    bool shipped;
+    Lut lut;
+  };
+  std::optional<Answering> answering;
+
+  const Lut& AnsweringLut(const std::shared_ptr<const Registry>& registry, const cli::Flags& flags) {
+    if (!answering || answering->registry != registry || answering->machine != flags.machine ||
+        answering->shipped == flags.no_shipped) {
+      answering.reset();
+      answering.emplace(Answering{registry, flags.machine, !flags.no_shipped,
+                                  Value(cli::AnsweringLut(flags, *registry, db))});
+    }
+    return answering->lut;
+  }
 };
 
 PyTuningDb LoadDb(const std::string& path) {
   absl::StatusOr<TuningDb> db = TuningDb::Load(path);
   if (!db.ok()) ThrowFile(db.status());
   if (!db->unchecked().empty()) Log(LogLevel::kWarn, db->unchecked());
-  return PyTuningDb{path, *std::move(db)};
+  return PyTuningDb{path, *std::move(db), std::nullopt};
 }
 
 cli::Flags AnswerFlags(const std::string& machine, bool shipped, int threads, const std::string& dtype,
@@ -386,9 +414,8 @@ cli::Flags AnswerFlags(const std::string& machine, bool shipped, int threads, co
 }
 
 // `kreg query --json`'s record, with "explanation": the text in its brackets.
-py::dict Query(const Registry& registry, const TuningDb& db, const std::string& op, const py::object& dims,
+py::dict Query(const Registry& registry, const Lut& lut, const std::string& op, const py::object& dims,
                const cli::Flags& flags) {
-  Lut lut = Value(cli::AnsweringLut(flags, registry, db));
   cli::ProblemSpec spec = Value(cli::SpecFromFlags(flags, registry, op, DimsText(dims)));
   ShapeArgs shape;
   Check(cli::ShapeArgsOf(spec, &shape));
@@ -475,7 +502,7 @@ py::object Tune(PyRegistry& reg, const std::string& op, const py::object& dims_l
   base.search.budget_seconds = budget;
   base.search.seed = seed;
   base.warmup = warmup;
-  base.threads = threads;
+  base.threads = Threads(threads);
   base.thread_round = thread_round;
   base.timeout_seconds = timeout;
   base.db_path = db_path;
@@ -624,10 +651,11 @@ PYBIND11_MODULE(_kreg, m) {
       .def("to_csv", [](const PyTuningDb& d) { return d.db.ToCsv(); })
       .def(
           "query",
-          [](const PyTuningDb& d, const PyRegistry& r, const std::string& op, const py::object& dims,
+          [](PyTuningDb& d, const PyRegistry& r, const std::string& op, const py::object& dims,
              const std::string& dtype, const std::string& with, const std::string& data_class, int threads,
              const std::string& machine, bool shipped) {
-            return Query(*r.registry, d.db, op, dims, AnswerFlags(machine, shipped, threads, dtype, with, data_class));
+            const cli::Flags flags = AnswerFlags(machine, shipped, Threads(threads), dtype, with, data_class);
+            return Query(*r.registry, d.AnsweringLut(r.registry, flags), op, dims, flags);
           },
           py::arg("registry"), py::arg("op"), py::arg("dims"), py::kw_only(), py::arg("dtype") = "",
           py::arg("with_") = "", py::arg("data_class") = "", py::arg("threads") = 0, py::arg("machine") = "similar",
@@ -651,7 +679,7 @@ PYBIND11_MODULE(_kreg, m) {
             if (found == nullptr) Check(d.registry->GetOp(op).status());  // names the known ops
             Call call(Value(d.registry->GetOp(op)), kwargs, out, dtype);
             RunOptions options;
-            options.num_threads = threads;
+            options.num_threads = Threads(threads);
             absl::StatusOr<DispatchResult> result;
             {
               py::gil_scoped_release release;

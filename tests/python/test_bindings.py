@@ -187,6 +187,17 @@ def test_query_answers_as_kreg_query(registry, dims):
     assert f"[{explanation}]" in text
 
 
+def test_repeated_queries_follow_the_policy_asked(registry):
+    # One table queried under changing policies (it keeps its answering table
+    # between queries) answers as a fresh one does each time.
+    db = kreg.TuningDb(shipped_table())
+    dims = {"batch": 128, "n": 201088, "k": 64}
+    for machine, shipped in [("similar", True), ("strict", False), ("similar", True), ("similar", False),
+                             ("strict", True), ("strict", False)]:
+        fresh = kreg.TuningDb(shipped_table()).query("topk", dims, registry=registry, machine=machine, shipped=shipped)
+        assert db.query("topk", dims, registry=registry, machine=machine, shipped=shipped) == fresh
+
+
 def test_query_says_why_it_defaults(registry):
     answer = kreg.TuningDb().query("topk", {"batch": 2, "n": 50, "k": 3}, registry=registry, shipped=False)
     assert answer["match"] == "default" and answer["why"]
@@ -247,6 +258,7 @@ def test_a_progress_callback_that_raises_stops_the_sweep(registry, tmp_path):
     (lambda: kreg.run("gmm/reference", lhs=np.zeros((4, 2), np.float32), rhs=np.zeros((2, 2, 2), np.float32),
                       group_sizes=np.array([3, -1], np.int32)), "group_sizes"),
     (lambda: kreg.TuningDb().query("nope", "n=1"), "nope"),
+    (lambda: kreg.run("topk/heap", input=np.zeros((2, 4), np.float32), k=1, threads=-1), "threads=-1"),
     (lambda: kreg.tune("topk", "batch=2,n=4,k=9", "/tmp/kreg_never_written.lut"), "k=9"),
 ])
 def test_bad_arguments_are_value_errors(call, message):
