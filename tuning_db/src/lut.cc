@@ -256,6 +256,10 @@ struct Lut::Impl {
     // Available kernels with their default configs: the op's
     // default_variants in order, the others by name, the reference last.
     std::vector<std::pair<const Kernel*, Config>> defaults;
+    // The op's CUDA kernels by name, with their default configs: a GPU's
+    // defaults (whether there is a GPU to run them on is the caller's
+    // question: kreg/device.h CanRun).
+    std::vector<std::pair<const Kernel*, Config>> gpu_defaults;
     // Op::TypesFromKey of the dtype signatures its entries use.
     std::vector<std::pair<std::string, TensorTypes>> types;
 
@@ -571,6 +575,23 @@ void Lut::Impl::AddMachines(const tuning::Database& proto) {
     tuned_ops.insert(absl::StrCat(e.key().machine_id(), "\x1f", e.key().op(), "\x1f", e.key().dtype()));
   }
   for (const auto& [id, m] : machines) {
+    if (m.has_gpu()) {
+      // A GPU's: the tuned GPUs of the same SM version, nearest memory size
+      // (in log2) first, then the same driver, then by id.
+      std::vector<std::tuple<double, bool, std::string>> ranked;
+      for (const auto& [other_id, o] : machines) {
+        if (other_id == id || !o.has_gpu() || !tuned_machines.contains(other_id) || o.gpu().sm() != m.gpu().sm()) {
+          continue;
+        }
+        const double memory = std::fabs(std::log2(static_cast<double>(std::max<uint64_t>(1, m.gpu().memory_bytes()))) -
+                                        std::log2(static_cast<double>(std::max<uint64_t>(1, o.gpu().memory_bytes()))));
+        ranked.emplace_back(memory, o.gpu().driver() != m.gpu().driver(), other_id);
+      }
+      std::sort(ranked.begin(), ranked.end());
+      std::vector<std::string>& out = similar[id];
+      for (auto& r : ranked) out.push_back(std::move(std::get<2>(r)));
+      continue;
+    }
     const std::string vendor = MachineVendor(m), arch = MachineArch(m);
     if (vendor.empty() || arch.empty()) continue;
     const absl::flat_hash_set<std::string> isa(m.isa().begin(), m.isa().end());
@@ -626,8 +647,9 @@ void Lut::Impl::AddMeasuredDefaults(
   std::map<std::string, Shape> shapes;
   for (const tuning::Entry& e : proto.entries()) {
     const OpEntry* op = FindOp(e.key().op());
-    if (op == nullptr || op->FindTypes(e.key().dtype()) == nullptr || e.key().machine_id() == kMeasuredDefaultsId) {
-      continue;
+    if (op == nullptr || op->FindTypes(e.key().dtype()) == nullptr || e.key().machine_id() == kMeasuredDefaultsId ||
+        IsGpuMachineId(e.key().machine_id())) {
+      continue;  // GPUs' entries neither: their defaults are the op's CUDA kernels
     }
     Dims dims = CanonicalDims(*op->op, KeyDims(e.key()));
     Shape& shape = shapes[absl::StrCat(e.key().op(), "\x1f", e.key().dtype(), "\x1f", e.key().data_class(), "\x1f",
@@ -802,6 +824,7 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry, con
     const Kernel* reference = nullptr;
     for (const std::shared_ptr<const Kernel>& k : impl->kernels) {  // sorted by name
       if (k->op() != op->name()) continue;
+      if (k->device() == KREG_DEVICE_CUDA) entry.gpu_defaults.emplace_back(k.get(), k->DefaultConfig());
       if (k->is_reference()) {
         if (reference == nullptr) reference = k.get();
         continue;
@@ -877,6 +900,8 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry, con
       impl->warnings.push_back(absl::StrCat(item.key_text, ": ", own_shape.message(), "; entry skipped"));
     }
     std::string stale;  // the fastest trial's staleness, if it was
+    // A GPU's entry answers with its CUDA kernels, a CPU's with the others.
+    const bool on_gpu = IsGpuMachineId(e.key().machine_id());
     // Thread counts measured (past the fastest, looked for only when the
     // entry has measurements on chosen thread counts).
     absl::flat_hash_set<int> counts;
@@ -898,7 +923,9 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry, con
         problem = absl::StrCat("stale entry ", item.key_text, ": ", name, " v", t.variant_version(),
                                " was tuned, v", it->second->version(), " is loaded");
         if (i == 0) stale = problem;
-      } else if (!it->second->available()) {
+      } else if (on_gpu != (it->second->device() == KREG_DEVICE_CUDA)) {
+        problem = absl::StrCat(item.key_text, ": ", name, on_gpu ? " does not run on a GPU" : " runs on a GPU");
+      } else if (!on_gpu && !it->second->available()) {
         problem = absl::StrCat(item.key_text, ": ", name, " needs ",
                                IsaString(it->second->required_isa() & ~CpuIsa()),
                                ", which this CPU lacks");
@@ -1082,8 +1109,8 @@ std::pair<uint32_t, float> Lut::Impl::FindNearest(absl::string_view op_name, abs
 std::string Lut::Impl::WhyDefault(absl::string_view op_name, absl::string_view dtype,
                                   absl::string_view machine) const {
   const tuning::Machine* record = FindMachine(machine);
-  const std::string name =
-      record != nullptr ? absl::StrCat("this machine (", MachineSummary(*record), ")") : "this machine";
+  const char* const self = IsGpuMachineId(machine) ? "this GPU" : "this machine";
+  const std::string name = record != nullptr ? absl::StrCat(self, " (", MachineSummary(*record), ")") : self;
   std::string why;
   if (!tuned_machines.contains(machine)) {
     why = absl::StrCat("no table for ", name);
@@ -1095,7 +1122,8 @@ std::string Lut::Impl::WhyDefault(absl::string_view op_name, absl::string_view d
   if (policy == MachinePolicy::kStrict) {
     absl::StrAppend(&why, " (strict: no other machine asked)");
   } else if (auto it = similar.find(machine); it == similar.end() || it->second.empty()) {
-    absl::StrAppend(&why, ", none for a machine like it (same vendor and architecture)");
+    absl::StrAppend(&why, IsGpuMachineId(machine) ? ", none for a GPU like it (same SM version)"
+                                                  : ", none for a machine like it (same vendor and architecture)");
   } else {
     absl::StrAppend(&why, ", nor for a similar machine");
   }
@@ -1161,6 +1189,28 @@ absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_vie
         }
       }
     }
+  }
+
+  // A GPU: the op's CUDA kernels, the first legal for the shape.
+  if (IsGpuMachineId(machine_id)) {
+    answer.why = impl.WhyDefault(op_name, dtype, machine_id);
+    std::string refusals;
+    for (const auto& [kernel, config] : op_entry->gpu_defaults) {
+      absl::Status s = Legal(*kernel, config, shape);
+      if (s.ok()) {
+        answer.kernel = kernel;
+        answer.config = &config;
+        answer.match = Match::kDefault;
+        absl::StrAppend(&answer.why, "; the op's first CUDA kernel that takes it");
+        return answer;
+      }
+      absl::StrAppend(&refusals, refusals.empty() ? "" : "; ", kernel->name(), ": ", s.message());
+    }
+    if (refusals.empty()) {
+      return absl::NotFoundError(absl::StrCat("no CUDA kernel of op '", op_name, "' is registered"));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("no CUDA kernel of op '", op_name, "' takes this problem: ", refusals));
   }
 
   // A collective's backend (its data class, "backend=NAME") calibrated on

@@ -25,6 +25,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -1140,6 +1141,93 @@ TEST(Machines, FingerprintsTellGenerationsApartAndKeepOldIds) {
   EXPECT_EQ(here.id(), FingerprintId(here));
   EXPECT_FALSE(here.vendor().empty());
   EXPECT_FALSE(here.arch().empty());
+}
+
+TEST(Machine, AGpuIsAMachineOfItsOwn) {
+  const tuning::Machine h100 = GpuMachine("NVIDIA H100 80GB HBM3", 90, 132, 85520809984ull, "13.0");
+  EXPECT_TRUE(IsGpuMachineId(h100.id()));
+  EXPECT_FALSE(IsGpuMachineId(ThisMachine().id()));
+  EXPECT_EQ(h100.id().size(), kGpuIdPrefix.size() + 16);
+  EXPECT_EQ(h100.id(), FingerprintId(h100));
+  EXPECT_EQ(MachineClass(h100), "nvidia-h100-80gb-hbm3-sm90");
+  EXPECT_EQ(MachineSummary(h100), "NVIDIA H100 80GB HBM3, sm_90, 80 GiB, driver CUDA 13.0");
+  // Name, SM version, memory and driver are its identity; the SM count is not.
+  EXPECT_EQ(GpuMachine("NVIDIA H100 80GB HBM3", 90, 114, 85520809984ull, "13.0").id(), h100.id());
+  EXPECT_NE(GpuMachine("NVIDIA H100 80GB HBM3", 90, 132, 85520809984ull, "12.8").id(), h100.id());
+  EXPECT_NE(GpuMachine("NVIDIA H100 80GB HBM3", 90, 132, 94489280512ull, "13.0").id(), h100.id());
+  EXPECT_NE(GpuMachine("NVIDIA H200", 90, 132, 85520809984ull, "13.0").id(), h100.id());
+}
+
+TEST_F(Query, CpuAndGpuEntriesSitSideBySideAndEachAnswersWithItsOwnKernels) {
+  const tuning::Machine h100 = GpuMachine("NVIDIA H100 80GB HBM3", 90, 132, 85520809984ull, "13.0");
+  const tuning::Machine h100_96 = GpuMachine("NVIDIA H100 96GB HBM3", 90, 132, 101468602368ull, "13.0");
+  const tuning::Machine a100 = GpuMachine("NVIDIA A100-SXM4-80GB", 80, 108, 85520809984ull, "13.0");
+  const Dims dims = {{"batch", 8}, {"n", 1000}, {"k", 64}};
+  TuningDb db;
+  db.AddMachine(ThisMachine());
+  db.AddMachine(h100);
+  db.AddMachine(a100);
+  db.AddTrial(Key(8, 1000, 64, ThisMachine().id()), Sort("nth_element", 300));
+  db.AddTrial(Key(8, 1000, 64, h100.id()), MakeTrial("gpu_tiled", Ints({{"tile", 16}}), 20));
+  db.AddTrial(Key(8, 1000, 64, a100.id()), MakeTrial("gpu_tiled", Ints({{"tile", 64}}), 30));
+  // A CUDA kernel in a CPU's entry, and a CPU kernel in a GPU's, cannot answer.
+  db.AddTrial(Key(8, 4000, 64, ThisMachine().id()), MakeTrial("gpu_tiled", Ints({{"tile", 4}}), 10));
+  db.AddTrial(Key(8, 4000, 64, h100.id()), Sort("nth_element", 10));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+
+  absl::StatusOr<LutAnswer> cpu = lut->Query("topk", "f32", dims, ThisMachine().id());
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(cpu->match, Match::kExact);
+  EXPECT_EQ(cpu->kernel->name(), "topk/sort");
+  absl::StatusOr<LutAnswer> gpu = lut->Query("topk", "f32", dims, h100.id());
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(gpu->match, Match::kExact);
+  EXPECT_EQ(gpu->kernel->name(), "topk/gpu_tiled");
+  EXPECT_EQ(gpu->kernel->ConfigString(*gpu->config), "tile=16");
+  ASSERT_NE(gpu->machine, nullptr);
+  EXPECT_EQ(gpu->machine->gpu().name(), "NVIDIA H100 80GB HBM3");
+
+  // The mixed-up entries: each machine answers from its own other entry.
+  cpu = lut->Query("topk", "f32", {{"batch", 8}, {"n", 4000}, {"k", 64}}, ThisMachine().id());
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(cpu->match, Match::kNearest);
+  EXPECT_EQ(cpu->kernel->name(), "topk/sort");
+  gpu = lut->Query("topk", "f32", {{"batch", 8}, {"n", 4000}, {"k", 64}}, h100.id());
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(gpu->match, Match::kNearest);
+  EXPECT_EQ(gpu->kernel->name(), "topk/gpu_tiled");
+  EXPECT_THAT(absl::StrJoin(gpu->warnings, "\n"), HasSubstr("topk/sort does not run on a GPU"));
+
+  // A GPU the table does not hold, of the H100's SM version: the H100's
+  // answer (never the A100's, nor the CPU's).
+  db.AddMachine(h100_96);
+  lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+  gpu = lut->Query("topk", "f32", dims, h100_96.id());
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(gpu->match, Match::kSimilar);
+  EXPECT_EQ(gpu->machine->id(), h100.id());
+  EXPECT_EQ(gpu->kernel->ConfigString(*gpu->config), "tile=16");
+  // Strict, or a GPU like none tuned: the op's first CUDA kernel that takes
+  // the shape, saying why.
+  absl::StatusOr<Lut> strict = Lut::Build(db, *registry_, {MachinePolicy::kStrict});
+  ASSERT_TRUE(strict.ok());
+  for (const std::string& id :
+       {GpuMachine("NVIDIA B200", 100, 148, 191514444800ull, "13.0").id(), h100_96.id()}) {
+    const Lut& l = id == h100_96.id() ? *strict : *lut;
+    gpu = l.Query("topk", "f32", dims, id);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_EQ(gpu->match, Match::kDefault);
+    EXPECT_EQ(gpu->kernel->device(), KREG_DEVICE_CUDA);
+    EXPECT_THAT(gpu->why, HasSubstr("this GPU"));
+    EXPECT_THAT(gpu->why, HasSubstr("CUDA kernel"));
+  }
+  // Measured defaults are the CPU's: a CPU query of an untuned machine
+  // never gets a CUDA kernel, though the GPUs measured this shape fastest.
+  absl::StatusOr<LutAnswer> other_cpu = lut->Query("topk", "f32", dims, "0123456789abcdef");
+  ASSERT_TRUE(other_cpu.ok()) << other_cpu.status();
+  EXPECT_EQ(other_cpu->kernel->device(), 0);
 }
 
 TEST_F(Query, TheMostSimilarTunedMachineAnswersWhenThisOneHasNoEntry) {

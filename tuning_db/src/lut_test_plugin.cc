@@ -1,6 +1,7 @@
 // A topk variant for the LUT tests whose legality depends on the shape:
-// `tile` must not exceed k. It never runs (the LUT only asks legality). It
-// implements op "topk", declared by the topk plugin; this plugin declares no op.
+// `tile` must not exceed k, and the same as a CUDA kernel (topk/gpu_tiled).
+// They never run (the LUT only asks legality). They implement op "topk",
+// declared by the topk plugin; this plugin declares no op.
 #include <cstdint>
 #include <cstdio>
 
@@ -56,7 +57,19 @@ const kreg_kernel kTiledKernel = {
     .check = Check,
     .run = Run,
 };
-const kreg_kernel* const kKernels[] = {&kTiledKernel};
+const kreg_kernel kGpuTiledKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "topk",
+    .variant = "gpu_tiled",
+    .version = 1,
+    .doc = "a fake CUDA kernel whose tile must not exceed k",
+    .params = kParams,
+    .num_params = 1,
+    .check = Check,
+    .run = Run,
+    .device = KREG_DEVICE_CUDA,
+};
+const kreg_kernel* const kKernels[] = {&kTiledKernel, &kGpuTiledKernel};
 
 const kreg_plugin kPlugin = {
     .struct_size = sizeof(kreg_plugin),
@@ -64,7 +77,7 @@ const kreg_plugin kPlugin = {
     .name = "lut_test",
     .version = "0.1",
     .kernels = kKernels,
-    .num_kernels = 1,
+    .num_kernels = 2,
 };
 
 }  // namespace

@@ -263,6 +263,11 @@ absl::StatusOr<std::string> FileBytes(const tuning::Database& db, const std::str
 // ---- Machines ----------------------------------------------------------------
 
 std::string FingerprintId(const tuning::Machine& machine) {
+  if (machine.has_gpu()) {
+    const tuning::Gpu& g = machine.gpu();
+    return absl::StrFormat("%s%016x", kGpuIdPrefix,
+                           Fnv1a(absl::StrCat("cuda\n", g.name(), "\n", g.sm(), "\n", g.memory_bytes(), "\n", g.driver())));
+  }
   std::string text = absl::StrCat(machine.cpu_model(), "\n", absl::StrJoin(machine.isa(), ","),
                                   "\n", machine.cores());
   if (!machine.vendor().empty()) {
@@ -307,6 +312,21 @@ const tuning::Machine& ThisMachine() {
   return *machine;
 }
 
+tuning::Machine GpuMachine(absl::string_view name, int sm, int num_sms, uint64_t memory_bytes,
+                           absl::string_view driver) {
+  tuning::Machine m;
+  tuning::Gpu* g = m.mutable_gpu();
+  g->set_name(std::string(name));
+  g->set_sm(static_cast<uint32_t>(std::max(sm, 0)));
+  g->set_num_sms(static_cast<uint32_t>(std::max(num_sms, 0)));
+  g->set_memory_bytes(memory_bytes);
+  g->set_driver(std::string(driver));
+  m.set_id(FingerprintId(m));
+  return m;
+}
+
+bool IsGpuMachineId(absl::string_view id) { return absl::StartsWith(id, kGpuIdPrefix); }
+
 std::string MachineVendor(const tuning::Machine& machine) {
   if (!machine.vendor().empty()) return machine.vendor();
   // Records from before kreg kept the vendor: the model name says it.
@@ -349,6 +369,11 @@ std::string MicroArch(const tuning::Machine& machine) {
 }
 
 std::string MachineSummary(const tuning::Machine& machine) {
+  if (machine.has_gpu()) {
+    const tuning::Gpu& g = machine.gpu();
+    return absl::StrFormat("%s, sm_%d, %.0f GiB, driver CUDA %s", g.name(), g.sm(),
+                           static_cast<double>(g.memory_bytes()) / (1ull << 30), g.driver());
+  }
   std::vector<std::string> parts = {machine.cpu_model()};
   if (std::string uarch = MicroArch(machine); !uarch.empty()) parts.push_back(std::move(uarch));
   parts.push_back(machine.isa().empty() ? "no vector ISA" : WidestIsa(machine));
@@ -360,15 +385,18 @@ std::string MachineClass(const tuning::Machine& machine) {
   // The model without its marks, clock and generic words ("Intel(R)
   // Xeon(R) Processor", "... CPU @ 2.60GHz"), then the generation, the
   // widest ISA and the cores, as one lower-case slug.
-  std::string model = absl::AsciiStrToLower(machine.cpu_model());
+  // A GPU: its name and SM version ("nvidia-h100-80gb-hbm3-sm90").
+  std::string model = absl::AsciiStrToLower(machine.has_gpu() ? machine.gpu().name() : machine.cpu_model());
   model = model.substr(0, model.find('@'));
   absl::StrReplaceAll({{"(r)", " "}, {"(tm)", " "}}, &model);
   std::vector<std::string> words;
   for (absl::string_view word : absl::StrSplit(model, absl::ByAnyChar(" -_,()/"), absl::SkipEmpty())) {
     if (word != "processor" && word != "cpu") words.emplace_back(word);
   }
-  std::string text = absl::AsciiStrToLower(absl::StrCat(absl::StrJoin(words, "-"), "-", MicroArch(machine), "-",
-                                                        WidestIsa(machine), "-", machine.cores(), "c"));
+  std::string text = machine.has_gpu()
+                         ? absl::StrCat(absl::StrJoin(words, "-"), "-sm", machine.gpu().sm())
+                         : absl::AsciiStrToLower(absl::StrCat(absl::StrJoin(words, "-"), "-", MicroArch(machine), "-",
+                                                              WidestIsa(machine), "-", machine.cores(), "c"));
   std::string out;
   for (char c : text) {
     if (absl::ascii_isalnum(c)) {

@@ -70,6 +70,14 @@ int ThreadsAvailable(int num_threads);
 // The stable id of a machine's fields (see Machine.id in the schema).
 std::string FingerprintId(const tuning::Machine& machine);
 
+// A GPU as a machine of its own (tuning::Machine.gpu), its id filled in:
+// the machine of the keys of kernels that run on it.
+inline constexpr absl::string_view kGpuIdPrefix = "cuda-";
+tuning::Machine GpuMachine(absl::string_view name, int sm, int num_sms, uint64_t memory_bytes,
+                           absl::string_view driver);
+// Whether a machine id is a GPU's ("cuda-" and 16 hex digits).
+bool IsGpuMachineId(absl::string_view id);
+
 // A machine's vendor and architecture, inferred from its model name for
 // records that predate those fields ("AMD ..." is "AuthenticAMD" on
 // "x86_64"); "" when unknown.
@@ -81,7 +89,9 @@ std::string MicroArch(const tuning::Machine& machine);
 // "AMD EPYC, zen3, avx2, 2 cores": what answers name a machine by.
 std::string MachineSummary(const tuning::Machine& machine);
 // "amd-epyc-zen3-avx2-2c": the machine class a shipped table is named by
-// (model, generation, widest vector ISA, cores).
+// (model, generation, widest vector ISA, cores); a GPU's is its name and SM
+// version, "nvidia-h100-80gb-hbm3-sm90". MachineSummary of a GPU is
+// "NVIDIA H100 80GB HBM3, sm_90, 80 GiB, driver CUDA 13.0".
 std::string MachineClass(const tuning::Machine& machine);
 
 // ---- Keys and configurations -------------------------------------------------
@@ -403,6 +413,12 @@ class Lut {
   // first whose default configuration is legal for the shape. The machine
   // the similarity is judged from is the table's record of `machine_id`, or
   // ThisMachine() for its id; a machine neither knows has no similar ones.
+  //
+  // A GPU (a machine id of GpuMachine's, "cuda-..."): its entries answer
+  // with CUDA kernels only (a CPU's with CPU kernels only); its similar
+  // machines are the tuned GPUs of the same SM version; with none, the
+  // op's CUDA kernels by name, the first legal for the shape (measured
+  // defaults and cost models are the CPU's).
   //
   // The shape is checked only when the exact lookup misses: InvalidArgument
   // for dims or a dtype signature the op does not take, or when no kernel
