@@ -122,6 +122,7 @@ int Open(int ordinal, kreg_device* device, char* msg, size_t cap) {
   device->num_sms = d->info.num_sms;
   device->memory_bytes = d->info.memory_bytes;
   device->name = d->info.name;
+  device->driver_version = d->info.driver_version;
   device->alloc = Alloc;
   device->free = Free;
   return 0;

@@ -7,6 +7,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "kreg/comm.h"
+#include "kreg/device.h"
+#include "kreg/tuner.h"
 #include "kreg/log.h"
 #include "kreg/npy.h"
 #include "kreg/text.h"
@@ -281,6 +283,21 @@ absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry, T
 
 // ---- The table's choice ---------------------------------------------------------------
 
+absl::StatusOr<tuning::Machine> DeviceMachine(const Flags& flags) {
+  if (flags.device == "cpu") return ThisMachine();
+  if (flags.device != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat("--device '", flags.device, "': expected cpu or cuda"));
+  }
+  absl::StatusOr<std::vector<GpuInfo>> gpus = CudaDevices();
+  if (!gpus.ok()) return absl::FailedPreconditionError(absl::StrCat("--device cuda: ", gpus.status().message()));
+  return MachineOf(gpus->front());
+}
+
+std::string TimingName(const Flags& flags) {
+  if (flags.device != "cuda") return "host clock";
+  return flags.warm ? "cuda events, warm L2" : "cuda events, cold L2";
+}
+
 absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpec& spec, const Registry& registry,
                                             const kreg_args& args) {
   absl::StatusOr<Lut> lut = AnsweringLut(flags, registry);
@@ -288,7 +305,9 @@ absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpe
   const OpKey key = spec.op->KeyOf(args);
   absl::StatusOr<std::string> data_class = DataClassOf(flags, spec, args);
   if (!data_class.ok()) return data_class.status();
-  const std::string machine = ThisMachine().id();
+  absl::StatusOr<tuning::Machine> asked = DeviceMachine(flags);
+  if (!asked.ok()) return asked.status();
+  const std::string& machine = asked->id();
   absl::StatusOr<LutAnswer> a =
       lut->Query(spec.op->name(), key.dtype, key.dims, machine, *data_class, ThreadsAvailable(flags.threads));
   if (!a.ok()) return a.status();

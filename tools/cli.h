@@ -66,7 +66,8 @@ struct Flags {
   std::string mesh;  // "2x2", "x=2,y=4"
   std::string backend = "threads";
   int nodes = 1;  // an MPI job's nodes: query's --nodes; run and tune count them
-  std::string device = "cpu";  // run: cpu or cuda (a device kernel on the GPU)
+  std::string device = "cpu";  // run, tune, query: cpu or cuda (a device kernel on the GPU)
+  bool warm = false;           // run, tune on a device: time with the L2 warm, not flushed
   double comm_timeout = 30;
   bool check = false;
   std::string save_outputs;
@@ -130,6 +131,12 @@ absl::Status ShapeArgsOf(const ProblemSpec& spec, ShapeArgs* out);
 // inputs of a --dist other than normal; else "". Valid UTF-8, as tables
 // store it.
 absl::StatusOr<std::string> DataClassOf(const Flags& flags, const ProblemSpec& spec, const kreg_args& args);
+
+// The machine --device names: this CPU (cpu), or CUDA device 0 as a table's
+// machine (cuda; FailedPrecondition saying why where there is none).
+absl::StatusOr<tuning::Machine> DeviceMachine(const Flags& flags);
+// What timed a run: "host clock", "cuda events, cold L2" or "cuda events, warm L2".
+std::string TimingName(const Flags& flags);
 
 // ---- JSON records (README.md, "--json") ----------------------------------------
 //

@@ -480,6 +480,7 @@ absl::Status Run(const Flags& given) {
     options.run.num_threads = threads;
     options.comm = comm;
     options.device = device.get();
+    options.cold = !flags.warm;
     measured[rank] = MeasureKernel(*kernel, config, {problems[rank].get()}, options);
   };
   if (!comms.empty()) {
@@ -552,7 +553,7 @@ absl::Status Run(const Flags& given) {
     out["chosen_by"] = std::move(chosen_by);
     // On a GPU: which, and how it was timed.
     out["device"] = device != nullptr ? Str(GpuSummary(device->info())) : Json(nullptr);
-    out["timing"] = device != nullptr ? "cuda events, cold L2" : "host clock";
+    out["timing"] = TimingName(flags);
     std::cout << Dump(out) << "\n";
   } else {
     const std::string config_text = kernel->ConfigString(config);
@@ -561,7 +562,7 @@ absl::Status Run(const Flags& given) {
         DimsString(key.dims), config_text.empty() ? "" : "  ", config_text, m.median_ns / 1e3, m.min_ns / 1e3,
         m.max_ns / 1e3, !flags.check ? "skipped" : failed_check ? absl::StrCat("FAILED: ", m.error) : "ok",
         how.empty() ? "" : absl::StrCat("  (chosen by the table: ", how, ")"),
-        device == nullptr ? "" : absl::StrCat("  on ", device->info().name, " (cuda events, cold L2)")));
+        device == nullptr ? "" : absl::StrCat("  on ", device->info().name, " (", TimingName(flags), ")")));
   }
   std::cout.flush();
   if (failed_check) return absl::InternalError("check failed: outputs differ from the reference");
@@ -794,6 +795,11 @@ void AddComm(CLI::App* c, Flags& f) {
 void AddDataClass(CLI::App* c, Flags& f, const char* what) {
   c->add_option("--data-class,--data_class", f.data_class, what)->option_text("TEXT");
 }
+void AddDevice(CLI::App* c, Flags& f, const std::string& help) {
+  c->add_option("--device", f.device, help)->option_text("NAME")->capture_default_str()->check(
+      CLI::IsMember({"cpu", "cuda"}));
+  c->add_flag("--warm", f.warm, "with --device cuda: time with the L2 warm (not flushed before each run)");
+}
 void AddTables(CLI::App* c, Flags& f) {
   c->add_option("--machine", f.machine,
                 "whose measurements answer: similar (this machine's, else the most similar tuned machine's) or "
@@ -885,11 +891,10 @@ int Main(int argc, char** argv) {
   AddGenerate(run, f);
   AddMeasure(run, f);
   run->add_flag("--check", f.check, "check the outputs against the op's reference kernel");
-  run->add_option("--device", f.device,
-                  "cpu, or cuda: run a CUDA kernel on the GPU (inputs made here, copied over once; timed with CUDA "
-                  "events, the L2 flushed before each run; outputs copied back for --check)")
-      ->option_text("NAME")
-      ->capture_default_str();
+  AddDevice(run, f,
+            "cpu, or cuda: run a CUDA kernel on the GPU (inputs made here, copied over once; timed with CUDA "
+            "events, the L2 flushed before each run; outputs copied back for --check); with --db, the table's "
+            "answer for the GPU");
   AddComm(run, f);
   run->add_option("--db", f.db, "a tuning table; with OP alone, run what it picks for the problem")->option_text("FILE");
   AddDataClass(run, f, "with --db: the data class to ask the table for (default: the op's classifier on the inputs, "
@@ -947,6 +952,9 @@ int Main(int argc, char** argv) {
                  "a kernel faster on fewer threads is chosen with them)");
   AddDataClass(tune, f, "the data class kept in the key (default: the op's classifier on the inputs, else "
                         "dist=NAME for a --dist other than normal)");
+  AddDevice(tune, f,
+            "cpu, or cuda: tune the op's CUDA kernels on GPU 0 (timed with CUDA events, the L2 flushed before "
+            "each run), keyed under the GPU (its name, SM version, memory and driver) beside the CPU's entries");
 
   // query
   CLI::App* query = app.add_subcommand("query", "what a table answers for problems: exact, nearest or default");
@@ -970,6 +978,10 @@ int Main(int argc, char** argv) {
   AddDist(query, f);
   AddThreads(query, f, "the threads the caller will run with (0: all cores): an entry measured on several thread counts answers with its fastest on no more");
   AddDataClass(query, f, "the data class to ask for (default: dist=NAME for a --dist other than normal)");
+  query->add_option("--device", f.device, "cpu, or cuda: the answer for this machine's GPU (its CUDA kernels)")
+      ->option_text("NAME")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   AddComm(query, f);
   query->add_option("--nodes", f.nodes, "with --backend mpi: the nodes of the job to ask for (kreg run and tune "
                                         "under mpirun count them)")

@@ -222,6 +222,8 @@ absl::Status Tune(const Flags& flags) {
   base.db_path = flags.db;
   base.ranks = flags.ranks;
   base.comm_timeout = flags.comm_timeout;
+  base.device = flags.device == "cuda" ? KREG_DEVICE_CUDA : 0;
+  base.device_warm = flags.warm;
   // A device mesh: its axes are the problems' mesh dims, its size the ranks.
   Mesh mesh;
   if (!flags.mesh.empty()) {
@@ -241,6 +243,9 @@ absl::Status Tune(const Flags& flags) {
   // collective's ranks sweep together, each candidate on all of them; other
   // ops' problems and candidates are shared out (TuneShared).
   std::unique_ptr<Comm> mpi;
+  if (flags.backend == "mpi" && base.device != 0) {
+    return absl::InvalidArgumentError("--device cuda: a sweep on the GPU runs in one process, not under mpirun");
+  }
   if (flags.backend == "mpi") {
     CommOptions comm_options;
     comm_options.timeout_seconds = flags.comm_timeout;
@@ -325,7 +330,9 @@ absl::Status Query(const Flags& flags) {
   if (!registry.ok()) return registry.status();
   absl::StatusOr<Lut> lut = AnsweringLut(flags, **registry);
   if (!lut.ok()) return lut.status();
-  const std::string machine = ThisMachine().id();
+  absl::StatusOr<tuning::Machine> asked = DeviceMachine(flags);
+  if (!asked.ok()) return asked.status();
+  const std::string& machine = asked->id();
   for (const std::string& d : flags.dims) {
     absl::StatusOr<ProblemSpec> spec = SpecFromFlags(flags, **registry, flags.target, d);
     if (!spec.ok()) return spec.status();

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kreg/comm.h"
+#include "kreg/device.h"
 #include "kreg/dispatch.h"
 #include "kreg/measure.h"
 #include "kreg/npy.h"
@@ -142,9 +143,9 @@ class RankRunner : public CandidateRunner {
 class Sweep {
  public:
   Sweep(const TuneRequest& request, TuningDb* db, TuneObserver* observer, const std::atomic<bool>* stop,
-        CandidateRunner* runner, tuning::ProblemKey key, const int64_t* dims)
-      : request_(request), db_(db), observer_(observer), stop_(stop), runner_(runner), key_(std::move(key)),
-        dims_(dims), title_(KeyString(key_)), start_(Clock::now()) {}
+        CandidateRunner* runner, const tuning::Machine& machine, tuning::ProblemKey key, const int64_t* dims)
+      : request_(request), db_(db), observer_(observer), stop_(stop), runner_(runner), machine_(machine),
+        key_(std::move(key)), dims_(dims), title_(KeyString(key_)), start_(Clock::now()) {}
 
   // Adds the legal ones of `configs` of `kernel` (asked of the worker). A
   // batch whose check crashed the worker is asked again in halves, so one
@@ -299,7 +300,7 @@ class Sweep {
   void Publish(const tuning::Trial* trial) {
     if (!request_.on_record) return;
     TuningDb one;
-    one.AddMachine(ThisMachine());
+    one.AddMachine(machine_);
     if (trial != nullptr) one.AddTrial(key_, *trial);
     if (const tuning::Entry* e = db_->FindEntry(key_); e != nullptr && e->tuned_at() > 0) {
       one.SetTuningInfo(key_, e->tool_version(), e->strategy(), e->tuned_at(), !e->incomplete());
@@ -497,6 +498,7 @@ class Sweep {
   TuneObserver* observer_;
   const std::atomic<bool>* stop_;
   CandidateRunner* runner_;
+  const tuning::Machine& machine_;  // the key's
   tuning::ProblemKey key_;
   const int64_t* dims_;
   std::string title_;
@@ -572,27 +574,49 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
     if (!d.ok()) return d.status();
     data_class = *d;
   }
-  const tuning::ProblemKey key = MakeProblemKey(op.name(), op.KeyOf(*shape.args()), ThisMachine().id(), data_class);
+  // The machine the key names: this CPU's, or the GPU's the kernels run on.
+  tuning::Machine machine = ThisMachine();
+  const bool on_device = request.device != 0;
+  if (request.device == KREG_DEVICE_CUDA) {
+    if (op.collective() || request.comm != nullptr) {
+      return absl::InvalidArgumentError("--device cuda: collective ops and sweeps under mpirun run on the CPU");
+    }
+    absl::StatusOr<std::vector<GpuInfo>> gpus = CudaDevices();
+    if (!gpus.ok()) return absl::FailedPreconditionError(absl::StrCat("--device cuda: ", gpus.status().message()));
+    if (request.device_ordinal < 0 || request.device_ordinal >= static_cast<int>(gpus->size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no CUDA device ", request.device_ordinal, " (this machine has ", gpus->size(), ")"));
+    }
+    machine = MachineOf((*gpus)[request.device_ordinal]);
+    db->AddMachine(machine);
+  } else if (on_device) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown device kind ", request.device));
+  }
+  const tuning::ProblemKey key = MakeProblemKey(op.name(), op.KeyOf(*shape.args()), machine.id(), data_class);
 
   std::vector<std::shared_ptr<const Kernel>> kernels;
   for (const std::string& v : request.variants) {
     absl::StatusOr<std::shared_ptr<const Kernel>> k = registry.Get(absl::StrCat(op.name(), "/", v));
     if (!k.ok()) return absl::InvalidArgumentError(k.status().message());
-    if (!(*k)->available()) {
-      return absl::InvalidArgumentError(absl::StrCat((*k)->name(), " needs ",
-                                                     IsaString((*k)->required_isa() & ~CpuIsa()),
-                                                     ", which this CPU lacks"));
+    if (static_cast<int>((*k)->device()) != request.device) {
+      return absl::InvalidArgumentError(absl::StrCat((*k)->name(), (*k)->device() != 0
+                                                                       ? " runs on a CUDA device: tune it with --device cuda"
+                                                                       : " runs on the CPU, not on a device"));
     }
+    if (absl::Status s = CanRun(**k); !s.ok()) return absl::InvalidArgumentError(s.message());
     kernels.push_back(*k);
   }
   if (request.variants.empty()) {
     // The reference is the oracle, not a contender; device kernels tune
-    // on their device, not here.
+    // on their device, the CPU's here.
     for (std::shared_ptr<const Kernel>& k : registry.Kernels(op.name())) {
-      if (k->available() && !k->is_reference() && k->device() == 0) kernels.push_back(std::move(k));
+      if (k->is_reference() || static_cast<int>(k->device()) != request.device || !CanRun(*k).ok()) continue;
+      kernels.push_back(std::move(k));
     }
   }
-  if (kernels.empty()) return absl::NotFoundError(absl::StrCat("no available ", op.name(), " kernel to tune"));
+  if (kernels.empty()) {
+    return absl::NotFoundError(absl::StrCat("no available ", op.name(), on_device ? " CUDA" : "", " kernel to tune"));
+  }
 
   WorkerJob job;
   job.op = op.name();
@@ -610,6 +634,9 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   job.ranks = request.ranks;
   job.comm_timeout = request.comm_timeout;
   job.mesh = request.mesh;
+  job.device = request.device;
+  job.device_ordinal = request.device_ordinal;
+  job.warm = request.device_warm;
   std::vector<std::string> command = request.worker_command;
   if (command.empty() && request.comm == nullptr) {
     absl::StatusOr<std::vector<std::string>> found = FindWorker();
@@ -631,7 +658,7 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
     runner = std::move(isolated);
   }
 
-  Sweep sweep(request, db, observer, stop, runner.get(), key, shape.args()->dims);
+  Sweep sweep(request, db, observer, stop, runner.get(), machine, key, shape.args()->dims);
   size_t enumerated = 0;  // for this sweep's share
   for (const std::shared_ptr<const Kernel>& k : kernels) {
     std::vector<Config> mine;
@@ -668,7 +695,7 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   const int available = ThreadsAvailable(0);
   const int cores = available > 0 ? available : static_cast<int>(ThisMachine().cores());
   if (complete && request.thread_round && request.threads == 0 && request.comm == nullptr && !op.collective() &&
-      cores > 1) {
+      !on_device && cores > 1) {
     complete = sweep.ThreadRound(cores, request.search.budget_seconds);
   }
   complete = complete && !sweep.stopped();
@@ -681,6 +708,10 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   result.seconds = sweep.Elapsed();
   if (const tuning::Entry* entry = db->FindEntry(key); entry != nullptr) result.entry = *entry;
   return result;
+}
+
+tuning::Machine MachineOf(const GpuInfo& gpu) {
+  return GpuMachine(gpu.name, gpu.sm, gpu.num_sms, gpu.memory_bytes, gpu.driver);
 }
 
 }  // namespace kreg

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kreg/comm.h"
+#include "kreg/device.h"
 #include "kreg/dispatch.h"
 #include "kreg/measure.h"
 #include "kreg/npy.h"
@@ -199,13 +200,15 @@ void AnswerCheck(const Registry& registry, const worker::Request::Check& check, 
       legality->set_why(std::string(kernel.status().message()));
       continue;
     }
-    if (!(*kernel)->available()) {
-      legality->set_why(absl::StrCat((*kernel)->name(), " needs ",
-                                     IsaString((*kernel)->required_isa() & ~CpuIsa()), ", which this CPU lacks"));
+    if (absl::Status can = CanRun(**kernel); !can.ok()) {
+      legality->set_why(std::string(can.message()));
       continue;
     }
     absl::StatusOr<Config> config = (*kernel)->ParseConfig(FromPairs(candidate.params()));
-    absl::Status s = config.ok() ? (*kernel)->Check(*config, args) : config.status();
+    // A device kernel's check sees the shapes (its data would be on the device).
+    kreg_args shapes = args;
+    if ((*kernel)->device() != 0) shapes.flags |= KREG_ARGS_SHAPE_ONLY;
+    absl::Status s = config.ok() ? (*kernel)->Check(*config, shapes) : config.status();
     legality->set_legal(s.ok());
     if (!s.ok()) legality->set_why(std::string(s.message()));
   }
@@ -230,6 +233,9 @@ void WorkerJob::ToProto(worker::Job* out) const {
   out->set_ranks(ranks);
   out->set_comm_timeout(comm_timeout);
   out->set_mesh(mesh);
+  out->set_device(device);
+  out->set_device_ordinal(device_ordinal);
+  out->set_warm(warm);
 }
 
 absl::StatusOr<WorkerJob> WorkerJob::FromProto(const worker::Job& proto) {
@@ -257,6 +263,9 @@ absl::StatusOr<WorkerJob> WorkerJob::FromProto(const worker::Job& proto) {
   job.ranks = proto.ranks();
   job.comm_timeout = proto.comm_timeout();
   job.mesh = proto.mesh();
+  job.device = proto.device();
+  job.device_ordinal = proto.device_ordinal();
+  job.warm = proto.warm();
   return job;
 }
 
@@ -739,6 +748,16 @@ int WorkerMain(int in_fd, int protocol_fd) {
     // The reference is computed now, before any candidate's clock starts.
     return problems[r][0]->ComputeReference();
   };
+  // Device kernels: the device, opened once for the job.
+  std::unique_ptr<Device> device;
+  if (job->device == KREG_DEVICE_CUDA) {
+    if (collective) return fatal("worker: collective ops run on the CPU's ranks, not on a device");
+    absl::StatusOr<std::unique_ptr<Device>> opened = OpenCuda(job->device_ordinal);
+    if (!opened.ok()) return fatal(absl::StrCat("--device cuda: ", opened.status().message()));
+    device = *std::move(opened);
+  } else if (job->device != 0) {
+    return fatal(absl::StrCat("worker: unknown device kind ", job->device));
+  }
   absl::Status built = collective ? RunRanks(ThreadComms(job->ranks, comm_options), [&](Comm& c) { return build(&c); })
                                   : build(nullptr);
   if (!built.ok()) return fatal(built.message());
@@ -786,6 +805,8 @@ int WorkerMain(int in_fd, int protocol_fd) {
       measure.max_seconds = job->max_seconds_per_run;
       measure.verified = run.verified() || verified.contains(id);
       measure.run.num_threads = run.threads() > 0 ? run.threads() : job->threads;
+      measure.device = device.get();
+      measure.cold = !job->warm;
       measure.run.dispatch = [&](absl::string_view sub_op, const kreg_args& sub_args) {
         return sub_ops->Run(sub_op, sub_args, sub_options).status();
       };

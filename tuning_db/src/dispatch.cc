@@ -49,8 +49,10 @@ absl::StatusOr<DispatchResult> Dispatcher::Run(absl::string_view op_name, const 
     if (!asked.ok()) return asked.status();
     data_class = *std::move(asked);
   }
-  absl::StatusOr<LutAnswer> answer =
-      lut_.Query(op->name(), key.dtype, key.dims, machine_id_, data_class, ThreadsAvailable(options.num_threads));
+  // On a device (its tensors there): the GPU's entries, answered with its kernels.
+  const std::string gpu = options.device != nullptr ? GpuMachine(*options.device).id() : std::string();
+  absl::StatusOr<LutAnswer> answer = lut_.Query(op->name(), key.dtype, key.dims, gpu.empty() ? machine_id_ : gpu,
+                                                data_class, ThreadsAvailable(options.num_threads));
   if (!answer.ok()) return answer.status();
 
   // The thread count the answer was fastest with, if fewer than asked.

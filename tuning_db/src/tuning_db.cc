@@ -325,6 +325,12 @@ tuning::Machine GpuMachine(absl::string_view name, int sm, int num_sms, uint64_t
   return m;
 }
 
+tuning::Machine GpuMachine(const kreg_device& device) {
+  const int v = KREG_HAS_FIELD(&device, kreg_device, driver_version) ? device.driver_version : 0;
+  return GpuMachine(device.name != nullptr ? device.name : "", device.sm, device.num_sms, device.memory_bytes,
+                    absl::StrCat(v / 1000, ".", v % 1000 / 10));
+}
+
 bool IsGpuMachineId(absl::string_view id) { return absl::StartsWith(id, kGpuIdPrefix); }
 
 std::string MachineVendor(const tuning::Machine& machine) {

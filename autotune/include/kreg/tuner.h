@@ -37,6 +37,7 @@
 #include "absl/strings/string_view.h"
 #include "kreg/autotune.h"
 #include "kreg/comm.h"
+#include "kreg/device.h"
 #include "kreg/kreg_tuning.pb.h"
 #include "kreg/lut.h"
 #include "kreg/problem.h"
@@ -79,6 +80,14 @@ struct TuneRequest {
   // to every candidate's thread communicator; the mesh's axis dims belong in
   // `values`. Empty: none. (Under MPI the Comm carries its own mesh.)
   std::string mesh;
+  // Where the candidates run: 0, this CPU; KREG_DEVICE_CUDA, CUDA device
+  // `device_ordinal`: its CUDA kernels only (CanRun), each run's inputs
+  // copied there outside the clock, timed with CUDA events on its stream,
+  // the L2 flushed before each run unless `device_warm`, and the key under
+  // the GPU's machine (MachineOf), which `db` records. No thread round.
+  int device = 0;
+  int device_ordinal = 0;
+  bool device_warm = false;
   // Collective ops under MPI: every rank of the job calls Tune with its
   // Comm and the same request and table; candidates are measured in this
   // process (a forked worker cannot join the job), on every rank at once.
@@ -167,6 +176,10 @@ absl::StatusOr<std::vector<SharedResult>> TuneAcross(const Registry& registry, c
 
 // The tool version written into entries ("kreg 0.1.0").
 const char* ToolVersion();
+
+// A GPU as a table's machine (GpuMachine of its name, SM version, SM count,
+// memory and driver).
+tuning::Machine MachineOf(const GpuInfo& gpu);
 
 }  // namespace kreg
 

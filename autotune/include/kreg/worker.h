@@ -70,6 +70,11 @@ struct WorkerJob {
   int ranks = 0;
   double comm_timeout = 30;
   std::string mesh;  // a device mesh's axes (MeshString), or ""
+  // Device kernels: KREG_DEVICE_CUDA and the device's ordinal (0: the
+  // CPU's kernels); timed with the device's events, cold L2 unless warm.
+  int device = 0;
+  int device_ordinal = 0;
+  bool warm = false;
   // The protocol's message (every field; any bytes round-trip) and back.
   // FromProto fails only on an unknown dist or partition name.
   void ToProto(worker::Job* out) const;

@@ -429,6 +429,10 @@ typedef struct kreg_device {
    * launched on `stream` after the call. */
   void* (*alloc)(void* ctx, size_t bytes);
   void (*free)(void* ctx, void* p);
+  /* CUDA: the CUDA version the driver supports (13000: 13.0). With name,
+   * sm and memory_bytes, the GPU's identity in a table (kreg/lut.h
+   * GpuMachine). */
+  int32_t driver_version;
 } kreg_device;
 
 /* One rank's view of a communicator (collective ops; NCCL's net plugin

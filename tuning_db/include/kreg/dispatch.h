@@ -50,7 +50,10 @@ class Dispatcher {
   // Runs op `op` on `args`: validates them (Op::Validate), keys them
   // (Op::KeyOf), takes the data class (the override given to Create, else
   // the op's classifier, asked per call), asks the table (Lut::Query) and
-  // runs its answer. Kernels that dispatch sub-ops (composite ops) have them
+  // runs its answer. With options.device (a GPU; args flagged
+  // KREG_ARGS_ON_DEVICE, their tensors in its memory) the table is asked
+  // for that GPU (GpuMachine of it) and answers with its CUDA kernels.
+  // Kernels that dispatch sub-ops (composite ops) have them
   // run through this Dispatcher, unless `options.dispatch` is set. NotFound
   // for an op the registry does not know; the validation's, the table's or
   // the kernel's error otherwise.

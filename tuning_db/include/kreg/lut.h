@@ -75,6 +75,9 @@ std::string FingerprintId(const tuning::Machine& machine);
 inline constexpr absl::string_view kGpuIdPrefix = "cuda-";
 tuning::Machine GpuMachine(absl::string_view name, int sm, int num_sms, uint64_t memory_bytes,
                            absl::string_view driver);
+// The same of a device the host opened (kreg_device: its name, SM version
+// and count, memory and driver version).
+tuning::Machine GpuMachine(const kreg_device& device);
 // Whether a machine id is a GPU's ("cuda-" and 16 hex digits).
 bool IsGpuMachineId(absl::string_view id);
 
