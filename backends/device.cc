@@ -238,9 +238,9 @@ absl::Status DeviceCall::CopyIn() {
   return absl::OkStatus();
 }
 
-absl::Status DeviceCall::CopyBack() {
+absl::Status DeviceCall::CopyBack(const std::vector<bool>* which) {
   for (size_t i = 0; i < buffers_.size(); ++i) {
-    if (buffers_[i] == nullptr) continue;
+    if (buffers_[i] == nullptr || (which != nullptr && (i >= which->size() || !(*which)[i]))) continue;
     // Every tensor: the inputs too, so one the kernel wrote is caught by the
     // host's check as on the CPU.
     DLTensor& t = *host_.tensors[i];

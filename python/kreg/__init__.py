@@ -40,7 +40,7 @@ class Registry(_kreg.Registry):
     ``kernels(op="")``, ``kernel(name)``, ``kernel_info(name)`` (as in ``kreg
     list --json``), ``ops()``, ``files``, ``refusals`` (plugins refused, and
     why), and ``run(kernel, *, params={}, out=None, dtype="", threads=0,
-    **args)``."""
+    device="cpu", **args)``."""
 
 
 _default_registry = None
@@ -55,13 +55,15 @@ def _registry(registry):
     return _default_registry
 
 
-def run(kernel, *, registry=None, params=None, out=None, dtype="", threads=0, **args):
+def run(kernel, *, registry=None, params=None, out=None, dtype="", threads=0, device="cpu", **args):
     """Runs ``kernel`` ("op/variant") once on ``args``; returns {output: array}.
 
     ``params``: the kernel's parameters ({"simd": "avx2"}), its defaults
     otherwise; ``dtype``: for tensors no array decides (``kreg run --dtype``);
-    ``threads``: 0 for all cores."""
-    return _registry(registry).run(kernel, params=params or {}, out=out, dtype=dtype, threads=threads, **args)
+    ``threads``: 0 for all cores; ``device="cuda"``: a CUDA kernel on GPU 0,
+    the (host) arrays copied there and its outputs back."""
+    return _registry(registry).run(kernel, params=params or {}, out=out, dtype=dtype, threads=threads,
+                                   device=device, **args)
 
 
 class TuningDb:
@@ -92,22 +94,25 @@ class TuningDb:
         return self._db.to_csv()
 
     def query(self, op, dims, *, dtype="", with_="", data_class="", threads=0, machine="similar",
-              shipped=True, registry=None):
+              shipped=True, device="cpu", registry=None):
         """What the table answers for ``op`` with ``dims`` ({"batch": 8, ...}
         or "batch=8,..."), exactly as ``kreg query --json``: kernel, params,
         match (exact, nearest, similar, default), why, ... and
         ``explanation``, the text ``kreg query`` prints in brackets.
         ``shipped``: the tables shipped with kreg answer behind this one;
-        ``machine="strict"``: only this machine's measurements."""
+        ``machine="strict"``: only this machine's measurements;
+        ``device="cuda"``: the answer for this machine's GPU."""
         return self._db.query(_registry(registry), op, dims, dtype=dtype, with_=with_, data_class=data_class,
-                              threads=threads, machine=machine, shipped=shipped)
+                              threads=threads, machine=machine, shipped=shipped, device=device)
 
 
 class Dispatcher:
     """Runs, for each call, what the table picks for its shape on this
     machine (with the shipped tables behind it unless ``shipped=False``).
     ``db``: a TuningDb, a path, or None (the shipped tables alone).
-    ``last``: what the last run ran (kernel, params, match)."""
+    ``last``: what the last run ran (kernel, params, match). ``run(...,
+    device="cuda")`` asks the table for the GPU and runs its choice there,
+    the (host) arrays copied over and the outputs back."""
 
     def __init__(self, db=None, *, registry=None, machine="similar", shipped=True):
         if db is not None and not isinstance(db, TuningDb):
@@ -115,10 +120,10 @@ class Dispatcher:
         self._registry = _registry(registry)
         self._dispatcher = _kreg.Dispatcher(self._registry, None if db is None else db._db, machine, shipped)
 
-    def run(self, op, *, out=None, dtype="", threads=0, **args):
+    def run(self, op, *, out=None, dtype="", threads=0, device="cpu", **args):
         """Runs op ``op`` on ``args`` with the table's choice; returns
         {output: array}."""
-        return self._dispatcher.run(op, out=out, dtype=dtype, threads=threads, **args)
+        return self._dispatcher.run(op, out=out, dtype=dtype, threads=threads, device=device, **args)
 
     @property
     def last(self):
@@ -127,18 +132,19 @@ class Dispatcher:
 
 def tune(op, dims, db, *, registry=None, progress=None, strategy="halving", budget=0.0, reps=10, warmup=3,
          variants=(), dtype="", with_="", dist="normal", seed=1, threads=0, timeout=30.0, thread_round=True,
-         data_class=""):
+         data_class="", device="cpu"):
     """Tunes ``op`` for ``dims`` (one problem, or a list of them) into the
     table file ``db`` (created, or added to; checkpointed as it goes), as
     ``kreg tune`` does; returns ``kreg tune --json``'s record (a list for a
     list). ``progress(p)`` is called as candidates finish, with p's key,
     done, candidates, best, best_ns, elapsed_seconds, eta_seconds; an
     exception it raises (or Ctrl-C) stops the sweep, keeping what was
-    measured."""
+    measured. ``device="cuda"``: the op's CUDA kernels on GPU 0, keyed under
+    the GPU."""
     return _kreg.tune(_registry(registry), op, dims, str(db), strategy=strategy, budget=budget, reps=reps,
                       warmup=warmup, variants=list(variants), dtype=dtype, with_=with_, dist=dist, seed=seed,
                       threads=threads, timeout=timeout, thread_round=thread_round, data_class=data_class,
-                      progress=progress)
+                      device=device, progress=progress)
 
 
 def bf16_to_float32(bits):

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
@@ -311,6 +312,7 @@ class Call {
   }
 
   const kreg_args& args() const { return args_; }
+  const Op& op() const { return *op_; }
 
   // {output name: array}: the caller's `out` arrays themselves, or new ones.
   py::dict Results() const {
@@ -334,8 +336,55 @@ struct PyRegistry {
   std::shared_ptr<const Registry> registry;
 };
 
+// GPU 0, opened once for the process (its stream, its L2-flush buffer),
+// used by one call at a time.
+std::mutex gpu_mutex;
+absl::StatusOr<Device*> Gpu() {
+  static const absl::StatusOr<Device*> gpu = []() -> absl::StatusOr<Device*> {
+    absl::StatusOr<std::unique_ptr<Device>> opened = OpenCuda(0);
+    if (!opened.ok()) return opened.status();
+    return opened->release();
+  }();
+  return gpu;
+}
+
+// `run` on a call's arrays: on the CPU in place; with device "cuda" on GPU
+// 0 (the arrays copied there, the run, then its outputs copied back into
+// them). Called without the GIL.
+absl::Status RunOn(const std::string& device, const Call& call, RunOptions options,
+                   const std::function<absl::Status(const kreg_args&, const RunOptions&)>& run) {
+  if (device == "cpu") return run(call.args(), options);
+  std::lock_guard<std::mutex> lock(gpu_mutex);
+  absl::StatusOr<Device*> opened = Gpu();
+  if (!opened.ok()) return opened.status();
+  Device& gpu = **opened;
+  absl::StatusOr<std::unique_ptr<DeviceCall>> on = DeviceCall::Make(gpu, call.args());
+  if (!on.ok()) return on.status();
+  if (absl::Status s = (*on)->CopyIn(); !s.ok()) return s;
+  options.device = gpu.abi();
+  absl::Status ran = run(*(*on)->args(), options);
+  if (absl::Status s = gpu.Synchronize(); ran.ok()) ran = s;
+  if (!ran.ok()) return ran;
+  std::vector<bool> written;
+  for (const TensorInfo& t : call.op().tensors()) written.push_back(t.is_output());
+  return (*on)->CopyBack(&written);
+}
+
+// "cpu" or "cuda" (ValueError otherwise); "cuda" where there is no GPU
+// raises RuntimeError saying why.
+std::string DeviceName(const std::string& device) {
+  if (device != "cpu" && device != "cuda") {
+    throw py::value_error(absl::StrCat("device '", device, "': expected 'cpu' or 'cuda'"));
+  }
+  if (device == "cuda") {
+    absl::StatusOr<std::vector<GpuInfo>> gpus = CudaDevices();
+    if (!gpus.ok()) Throw(absl::UnavailableError(absl::StrCat("device='cuda': ", gpus.status().message())));
+  }
+  return device;
+}
+
 py::dict RunKernel(const Kernel& kernel, const py::dict& params, const py::object& out, const std::string& dtype,
-                   int threads, const py::kwargs& kwargs) {
+                   int threads, const std::string& device, const py::kwargs& kwargs) {
   std::vector<std::pair<std::string, std::string>> overrides;
   for (auto [key, value] : params) {
     std::string text;
@@ -349,13 +398,15 @@ py::dict RunKernel(const Kernel& kernel, const py::dict& params, const py::objec
     overrides.emplace_back(py::str(key).cast<std::string>(), std::move(text));
   }
   const Config config = Value(kernel.ParseConfig(overrides));
+  const std::string where = DeviceName(device);
   Call call(kernel.op_ptr(), kwargs, out, dtype);
   RunOptions options;
   options.num_threads = Threads(threads);
   absl::Status status;
   {
     py::gil_scoped_release release;
-    status = kernel.Run(config, call.args(), options);
+    status = RunOn(where, call, options,
+                   [&](const kreg_args& args, const RunOptions& o) { return kernel.Run(config, args, o); });
   }
   Check(status);
   return call.Results();
@@ -421,7 +472,7 @@ py::dict Query(const Registry& registry, const Lut& lut, const std::string& op, 
   Check(cli::ShapeArgsOf(spec, &shape));
   const OpKey key = spec.op->KeyOf(*shape.args());
   const std::string data_class = Value(cli::DataClassOf(flags, spec, *shape.args()));
-  const std::string machine = ThisMachine().id();
+  const std::string machine = Value(cli::DeviceMachine(flags)).id();
   LutAnswer a = Value(lut.Query(spec.op->name(), key.dtype, key.dims, machine, data_class,
                                 ThreadsAvailable(flags.threads)));
   for (const std::string& w : a.warnings) Log(LogLevel::kWarn, w);
@@ -484,7 +535,8 @@ class PyObserver : public TuneObserver {
 py::object Tune(PyRegistry& reg, const std::string& op, const py::object& dims_list, const std::string& db_path,
                 const std::string& strategy, double budget, int reps, int warmup, const std::vector<std::string>& variants,
                 const std::string& dtype, const std::string& with, const std::string& dist, uint64_t seed, int threads,
-                double timeout, bool thread_round, const std::string& data_class, const py::object& progress) {
+                double timeout, bool thread_round, const std::string& data_class, const std::string& device,
+                const py::object& progress) {
   cli::Flags flags;
   flags.command = "tune";
   flags.dtype = dtype;
@@ -506,6 +558,7 @@ py::object Tune(PyRegistry& reg, const std::string& op, const py::object& dims_l
   base.thread_round = thread_round;
   base.timeout_seconds = timeout;
   base.db_path = db_path;
+  base.device = DeviceName(device) == "cuda" ? KREG_DEVICE_CUDA : 0;
 
   std::vector<py::object> problems;
   const bool one = !py::isinstance<py::list>(dims_list) && !py::isinstance<py::tuple>(dims_list);
@@ -635,11 +688,11 @@ PYBIND11_MODULE(_kreg, m) {
       .def(
           "run",
           [](const PyRegistry& r, const std::string& name, const py::dict& params, const py::object& out,
-             const std::string& dtype, int threads, const py::kwargs& kwargs) {
-            return RunKernel(*Value(r.registry->Get(name)), params, out, dtype, threads, kwargs);
+             const std::string& dtype, int threads, const std::string& device, const py::kwargs& kwargs) {
+            return RunKernel(*Value(r.registry->Get(name)), params, out, dtype, threads, device, kwargs);
           },
           py::arg("kernel"), py::kw_only(), py::arg("params") = py::dict(), py::arg("out") = py::none(),
-          py::arg("dtype") = "", py::arg("threads") = 0);
+          py::arg("dtype") = "", py::arg("threads") = 0, py::arg("device") = "cpu");
 
   py::class_<PyTuningDb>(m, "TuningDb")
       .def(py::init([](const std::string& path) { return LoadDb(path); }), py::arg("path"))
@@ -653,13 +706,14 @@ PYBIND11_MODULE(_kreg, m) {
           "query",
           [](PyTuningDb& d, const PyRegistry& r, const std::string& op, const py::object& dims,
              const std::string& dtype, const std::string& with, const std::string& data_class, int threads,
-             const std::string& machine, bool shipped) {
-            const cli::Flags flags = AnswerFlags(machine, shipped, Threads(threads), dtype, with, data_class);
+             const std::string& machine, bool shipped, const std::string& device) {
+            cli::Flags flags = AnswerFlags(machine, shipped, Threads(threads), dtype, with, data_class);
+            flags.device = DeviceName(device);
             return Query(*r.registry, d.AnsweringLut(r.registry, flags), op, dims, flags);
           },
           py::arg("registry"), py::arg("op"), py::arg("dims"), py::kw_only(), py::arg("dtype") = "",
           py::arg("with_") = "", py::arg("data_class") = "", py::arg("threads") = 0, py::arg("machine") = "similar",
-          py::arg("shipped") = true);
+          py::arg("shipped") = true, py::arg("device") = "cpu");
 
   py::class_<PyDispatcher>(m, "Dispatcher")
       .def(py::init([](const PyRegistry& r, const PyTuningDb* db, const std::string& machine, bool shipped) {
@@ -674,18 +728,23 @@ PYBIND11_MODULE(_kreg, m) {
       .def(
           "run",
           [](PyDispatcher& d, const std::string& op, const py::object& out, const std::string& dtype, int threads,
-             const py::kwargs& kwargs) {
+             const std::string& device, const py::kwargs& kwargs) {
             const Op* found = d.dispatcher->FindOp(op);
             if (found == nullptr) Check(d.registry->GetOp(op).status());  // names the known ops
+            const std::string where = DeviceName(device);
             Call call(Value(d.registry->GetOp(op)), kwargs, out, dtype);
             RunOptions options;
             options.num_threads = Threads(threads);
             absl::StatusOr<DispatchResult> result;
+            absl::Status status;
             {
               py::gil_scoped_release release;
-              result = d.dispatcher->Run(op, call.args(), options);
+              status = RunOn(where, call, options, [&](const kreg_args& args, const RunOptions& o) {
+                result = d.dispatcher->Run(op, args, o);
+                return result.status();
+              });
             }
-            Check(result.status());
+            Check(status);
             // The params as a dict, as query's answers have them.
             std::shared_ptr<const Kernel> kernel = Value(d.registry->Get(result->kernel));
             std::vector<std::pair<std::string, std::string>> pairs;
@@ -701,7 +760,8 @@ PYBIND11_MODULE(_kreg, m) {
             d.last = last;
             return call.Results();
           },
-          py::arg("op"), py::kw_only(), py::arg("out") = py::none(), py::arg("dtype") = "", py::arg("threads") = 0)
+          py::arg("op"), py::kw_only(), py::arg("out") = py::none(), py::arg("dtype") = "", py::arg("threads") = 0,
+          py::arg("device") = "cpu")
       .def_readonly("last", &PyDispatcher::last,
                     "What the last run ran: kernel, params (a dict, as query's), match, data_class.");
 
@@ -709,7 +769,8 @@ PYBIND11_MODULE(_kreg, m) {
         py::arg("strategy") = "halving", py::arg("budget") = 0.0, py::arg("reps") = 10, py::arg("warmup") = 3,
         py::arg("variants") = std::vector<std::string>{}, py::arg("dtype") = "", py::arg("with_") = "",
         py::arg("dist") = "normal", py::arg("seed") = 1, py::arg("threads") = 0, py::arg("timeout") = 30.0,
-        py::arg("thread_round") = true, py::arg("data_class") = "", py::arg("progress") = py::none());
+        py::arg("thread_round") = true, py::arg("data_class") = "", py::arg("device") = "cpu",
+        py::arg("progress") = py::none());
 }
 
 }  // namespace kreg::python

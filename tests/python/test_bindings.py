@@ -6,6 +6,7 @@ the build's python/ folder on PYTHONPATH."""
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -315,3 +316,60 @@ def test_jax_arrays(registry):
     x = jnp.asarray(RNG.standard_normal((3, 1000)).astype(np.float32))
     out = registry.run("topk/sort", input=x, k=7)
     check_topk(out, np.asarray(x), 7)
+
+
+# ---- device="cuda" -------------------------------------------------------------
+
+def test_device_cuda_without_a_gpu_says_why():
+    if kreg.machine().get("gpus"):
+        pytest.skip("this machine has a GPU: scripts/gpu_check.sh runs the CUDA kernels")
+    x = RNG.standard_normal((2, 50)).astype(np.float32)
+    with pytest.raises(RuntimeError, match="device='cuda': "):
+        kreg.run("topk/sort", input=x, k=3, device="cuda")
+    with pytest.raises(ValueError, match="device 'tpu': expected 'cpu' or 'cuda'"):
+        kreg.run("topk/sort", input=x, k=3, device="tpu")
+
+
+HOST_DEVICE = """
+import sys, numpy as np, kreg
+plugin, db = sys.argv[1], sys.argv[2]
+reg = kreg.Registry(plugin_path=plugin)
+x = np.random.default_rng(3).standard_normal((6, 3000)).astype(np.float32)
+want = np.argsort(-x, axis=1, kind="stable")[:, :20]
+x.setflags(write=False)  # a read-only input is copied over, never back
+out = kreg.run("topk/host_device", registry=reg, input=x, k=20, device="cuda")
+assert (out["indices"] == want).all() and (out["values"] == np.take_along_axis(x, want, 1)).all()
+try:
+    kreg.run("topk/heap", registry=reg, input=x, k=20, device="cuda")
+    raise SystemExit("a CPU kernel ran on the device")
+except ValueError as e:
+    assert "topk/heap runs on the CPU, not on a device" in str(e), e
+r = kreg.tune("topk", {"batch": 6, "n": 3000, "k": 20}, db, registry=reg, device="cuda",
+              variants=["host_device"], strategy="exhaustive", reps=3)
+assert r["key"]["machine"].startswith("cuda-") and r["best"]["params"] == {"passes": 1}, r
+kreg.tune("topk", {"batch": 6, "n": 3000, "k": 20}, db, registry=reg, variants=["sort"], strategy="exhaustive", reps=3)
+table = kreg.TuningDb(db)
+q = table.query("topk", "batch=6,n=3000,k=20", device="cuda", shipped=False, registry=reg)
+assert q["match"] == "exact" and q["kernel"] == "topk/host_device", q
+assert table.query("topk", "batch=6,n=3000,k=20", shipped=False, registry=reg)["kernel"] == "topk/sort"
+d = kreg.Dispatcher(table, registry=reg, shipped=False)
+out = d.run("topk", input=x, k=20, device="cuda")
+assert d.last["kernel"] == "topk/host_device" and d.last["match"] == "exact", d.last
+assert (out["indices"] == want).all()
+d.run("topk", input=x, k=20)
+assert d.last["kernel"] == "topk/sort", d.last
+print("ok")
+"""
+
+
+def test_device_cuda_through_a_host_memory_stand_in(tmp_path):
+    """run, tune, query and the dispatcher with device="cuda", on the test
+    backend whose GPU is host memory (a process of its own: the backend is
+    chosen once per process)."""
+    backend, plugin = os.environ.get("KREG_HOST_DEVICE_BACKEND"), os.environ.get("KREG_HOST_DEVICE_PLUGIN")
+    if not backend or not plugin:
+        pytest.skip("KREG_HOST_DEVICE_BACKEND and KREG_HOST_DEVICE_PLUGIN unset (ctest sets them)")
+    env = dict(os.environ, KREG_CUDA_BACKEND=backend)
+    r = subprocess.run([sys.executable, "-c", HOST_DEVICE, plugin, str(tmp_path / "t.txtpb")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

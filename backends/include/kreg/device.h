@@ -108,8 +108,10 @@ class DeviceCall {
   // leaves one unwritten is caught).
   absl::Status CopyIn();
   // Every tensor, device to host: outputs, in-out tensors, and inputs (so
-  // the host's check catches an input the kernel wrote, as on the CPU).
-  absl::Status CopyBack();
+  // the host's check catches an input the kernel wrote, as on the CPU);
+  // with `which`, only the tensors it marks (a caller's read-only inputs
+  // stay untouched).
+  absl::Status CopyBack(const std::vector<bool>* which = nullptr);
 
  private:
   DeviceCall(Device& device, const kreg_args& host) : device_(device), host_(host) {}
