@@ -3,7 +3,8 @@
 # libexec/, share/, and deps/ with the Debian libraries they link that a
 # machine without kreg's dependencies lacks), to carry to a machine with a
 # GPU and run scripts/gpu_check.sh there. Without oneDNN (40 MB the checks
-# do not need). Run after a release build:
+# do not need); with NVIDIA's compute-sanitizer wheel (14 MB, from PyPI,
+# when it can be fetched) in tools/. Run after a release build:
 #   scripts/gpu_bundle.sh && du -sh build/gpu-bundle
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,4 +26,12 @@ for f in "$out"/bin/* "$out"/libexec/kreg/* "$out"/lib/kreg/plugins/*.so "$out"/
   ldd "$f" | awk '/=> \//{print $3}'
 done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so' | grep -v libkreg_registry |
   while read -r lib; do cp -L "$lib" "$out/deps/"; done
+# compute-sanitizer for CUDA 13, which this toolkit lacks; unpacked on the
+# other machine.
+mkdir -p "$out/tools"
+if pip download --quiet --no-deps -d "$out/tools" "nvidia-cuda-sanitizer-api==13.0.85" 2>/dev/null; then
+  mv "$out"/tools/nvidia_cuda_sanitizer_api-*.whl "$out/tools/compute-sanitizer.whl"
+else
+  echo "gpu_bundle: compute-sanitizer could not be fetched; gpu_check.sh will look for one there"
+fi
 du -sh "$out"

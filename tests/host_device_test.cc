@@ -57,6 +57,7 @@ TEST(HostDeviceTest, TheGpuIsListedAndItsKernelRunsOnlyThere) {
   ASSERT_EQ(r.code, 0) << r.out;
   const Json run = Json::parse(r.stdout_text);
   EXPECT_EQ(run["timing"], "cuda events, warm L2");
+  EXPECT_EQ(run["key"]["machine"].get<std::string>().rfind("cuda-", 0), 0u) << run["key"];
   EXPECT_EQ(run["check"], "ok");
   EXPECT_THAT(run["device"].get<std::string>(), HasSubstr("kreg host-memory test device"));
 

@@ -36,6 +36,7 @@
 #include "kreg/problem.h"
 #include "kreg/registry.h"
 #include "kreg/text.h"
+#include "kreg/tuner.h"
 #include "tools/cli.h"
 
 namespace kreg::cli {
@@ -540,7 +541,9 @@ absl::Status Run(const Flags& given) {
   if (absl::StatusOr<std::string> d = DataClassOf(flags, *spec, *p.args()); d.ok()) data_class = *d;
   if (flags.json) {
     Json out = Json::object();
-    out["key"] = KeyJson(MakeProblemKey(spec->op->name(), key, ThisMachine().id(), data_class));
+    out["key"] = KeyJson(MakeProblemKey(spec->op->name(), key,
+                                        device != nullptr ? MachineOf(device->info()).id() : ThisMachine().id(),
+                                        data_class));
     out["kernel"] = Str(name);
     out["version"] = kernel->version();
     out["params"] = ParamsJson(ToProtoConfig(*kernel, config));
