@@ -27,15 +27,19 @@ struct RadixArgs {
   int64_t batch, n;
   int k;
   bool largest, bf16;
-  int bits;   // per radix round: 4 or 8
-  int block;  // threads per block: 256, 512 or 1024
+  int bits;            // per radix round: 4 or 8
+  int block;           // threads per block: 256, 512 or 1024
+  int capacity;        // the candidate buffer (0: none; at most RadixMaxCapacity)
+  int blocks_per_row;  // > 1: a row split between that many blocks
+  int rows_per_block;  // > 1: a block takes that many rows in turn
 };
 
-// The largest k it sorts (on chip).
+// The largest k it sorts (on chip), and the largest candidate buffer.
 int RadixMaxK();
-// Enqueues the top-k of every row on `stream` (a cudaStream_t of device
-// `ordinal`); non-zero with a reason in msg if the launch failed.
-int LaunchRadixTopK(const RadixArgs& args, int ordinal, void* stream, char* msg, size_t cap);
+int RadixMaxCapacity();
+// Enqueues the top-k of every row on device's stream; non-zero with a
+// reason in msg if a launch failed.
+int LaunchRadixTopK(const RadixArgs& args, const kreg_device& device, char* msg, size_t cap);
 
 // gmm's and tgmm's call (plugins/gmm/op.cc): device pointers, strides in
 // elements. gmm: lhs [m, k], rhs [local_groups, k, n] ([.., n, k] with

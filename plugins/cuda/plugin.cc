@@ -36,10 +36,13 @@ T* Data(const DLTensor* t) {
 
 const int64_t kBits[] = {4, 8};
 const int64_t kBlocks[] = {256, 512, 1024};
+const int64_t kCapacities[] = {0, 1024, 2048};
+const int64_t kBlocksPerRow[] = {1, 4, 16};
+const int64_t kRowsPerBlock[] = {1, 4};
 const kreg_param_desc kBitsParam = {
     .struct_size = sizeof(kreg_param_desc),
     .name = "bits",
-    .doc = "score bits histogrammed per radix round (32 / bits rounds)",
+    .doc = "key bits histogrammed per radix round (until the k-th best is exact)",
     .kind = KREG_PARAM_INT,
     .values = kBits,
     .num_values = 2,
@@ -48,15 +51,55 @@ const kreg_param_desc kBitsParam = {
 const kreg_param_desc kBlockParam = {
     .struct_size = sizeof(kreg_param_desc),
     .name = "block",
-    .doc = "threads per block (one block per row)",
+    .doc = "threads per block",
     .kind = KREG_PARAM_INT,
     .values = kBlocks,
     .num_values = 3,
     .default_value = 512,
 };
-const kreg_param_desc* const kRadixParams[] = {&kBitsParam, &kBlockParam};
+const kreg_param_desc kCapacityParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "capacity",
+    .doc = "the first round's bucket kept in shared memory for the later rounds (0: none; an overflow falls back "
+           "to rounds over the row)",
+    .kind = KREG_PARAM_INT,
+    .values = kCapacities,
+    .num_values = 3,
+    .default_value = 2048,
+};
+const kreg_param_desc kBlocksPerRowParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "blocks_per_row",
+    .doc = "blocks a row is split between (each part's top k, then the top k of their union)",
+    .kind = KREG_PARAM_INT,
+    .values = kBlocksPerRow,
+    .num_values = 3,
+    .default_value = 1,
+};
+const kreg_param_desc kRowsPerBlockParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "rows_per_block",
+    .doc = "rows a block takes in turn (with blocks_per_row=1)",
+    .kind = KREG_PARAM_INT,
+    .values = kRowsPerBlock,
+    .num_values = 2,
+    .default_value = 1,
+};
+const kreg_param_desc* const kRadixParams[] = {&kBitsParam, &kBlockParam, &kCapacityParam, &kBlocksPerRowParam,
+                                               &kRowsPerBlockParam};
 
-kreg_status RadixCheck(const kreg_config*, const kreg_args* args, const kreg_host*, char* msg, size_t cap) {
+kreg_status RadixCheck(const kreg_config* config, const kreg_args* args, const kreg_host*, char* msg, size_t cap) {
+  const int64_t blocks_per_row = config->values[3]->value, rows_per_block = config->values[4]->value;
+  if (blocks_per_row > 1 && rows_per_block > 1) {
+    std::snprintf(msg, cap, "blocks_per_row=%lld and rows_per_block=%lld: a block takes part of a row or rows, "
+                  "not both", static_cast<long long>(blocks_per_row), static_cast<long long>(rows_per_block));
+    return KREG_INVALID_ARGUMENT;
+  }
+  if (blocks_per_row > 1 && args->dims[kBatch] > 65535) {
+    std::snprintf(msg, cap, "batch=%lld exceeds 65535, the most rows split between blocks",
+                  static_cast<long long>(args->dims[kBatch]));
+    return KREG_INVALID_ARGUMENT;
+  }
   if (args->dims[kK] > RadixMaxK()) {
     std::snprintf(msg, cap, "k=%lld exceeds %d, the most topk/cuda_radix sorts on chip",
                   static_cast<long long>(args->dims[kK]), RadixMaxK());
@@ -81,7 +124,8 @@ const kreg_device* DeviceOf(const kreg_host* host, const char* kernel, char* msg
 
 kreg_status RadixRun(const kreg_config* config, const kreg_args* args, void*, void*, size_t, const kreg_host* host,
                      char* msg, size_t cap) {
-  if (DeviceOf(host, "topk/cuda_radix", msg, cap) == nullptr) return KREG_UNAVAILABLE;
+  const kreg_device* device = DeviceOf(host, "topk/cuda_radix", msg, cap);
+  if (device == nullptr) return KREG_UNAVAILABLE;
   const DLTensor* const* t = args->tensors;
   RadixArgs a{};
   a.input = Data<const void>(t[kInput]);
@@ -103,15 +147,19 @@ kreg_status RadixRun(const kreg_config* config, const kreg_args* args, void*, vo
   a.bf16 = t[kInput]->dtype.code == kDLBfloat;
   a.bits = static_cast<int>(config->values[0]->value);
   a.block = static_cast<int>(config->values[1]->value);
-  return LaunchRadixTopK(a, host->device->ordinal, host->device->stream, msg, cap) == 0 ? KREG_OK : KREG_INTERNAL;
+  a.capacity = static_cast<int>(config->values[2]->value);
+  a.blocks_per_row = static_cast<int>(config->values[3]->value);
+  a.rows_per_block = static_cast<int>(config->values[4]->value);
+  return LaunchRadixTopK(a, *device, msg, cap) == 0 ? KREG_OK : KREG_INTERNAL;
 }
 
 const kreg_kernel kRadix = {
     .struct_size = sizeof(kreg_kernel),
     .op = "topk",
     .variant = "cuda_radix",
-    .version = 1,
-    .doc = "radix select on a CUDA GPU, one block per row, exact (seed 001, made exact)",
+    .version = 2,
+    .doc = "radix select on a CUDA GPU, a candidate buffer exact on overflow, rows split between blocks or blocks "
+           "taking rows (seed 001, made exact)",
     .params = kRadixParams,
     .num_params = sizeof kRadixParams / sizeof kRadixParams[0],
     .check = RadixCheck,
