@@ -181,7 +181,7 @@ class Borrowed {
     const DLTensor& t = managed->dl_tensor;
     if (t.device.device_type != kDLCPU) {
       throw py::value_error(absl::StrCat("'", name, "': the tensor is on DLPack device ", t.device.device_type,
-                                         ", not the CPU; kreg's kernels run on CPU tensors (.cpu())"));
+                                         ", not the CPU: pass host arrays (.cpu()); device='cuda' copies them to the GPU"));
     }
     absl::StatusOr<DType> dtype = FromDLDataType(t.dtype);
     if (!dtype.ok()) throw py::value_error(absl::StrCat("'", name, "': ", dtype.status().message()));
