@@ -110,6 +110,15 @@ TEST(HostDeviceTest, TuningKeysTheGpuBesideTheCpuAndTheTableAnswersEach) {
   r = Kreg("query topk --dims batch=8,n=5000,k=20 --no-shipped --db " + db + " --device cuda --json");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(Json::parse(r.stdout_text)["kernel"], "topk/host_device");
+  // Another GPU of the same SM version (more memory), untuned: the tuned
+  // one's answer, named.
+  r = RunKreg(kPlugins, "query topk " + kDims + " --no-shipped --db " + db + " --device cuda --json",
+              kEnv + " KREG_HOST_DEVICE_GIB=2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  answer = Json::parse(r.stdout_text);
+  EXPECT_EQ(answer["match"], "similar machine") << answer;
+  EXPECT_EQ(answer["kernel"], "topk/host_device");
+  EXPECT_EQ(answer["params"]["passes"], 1);
 
   // The dispatcher's path: the table's choice for the GPU, run there (the
   // GPU's key from the opened device equals the tuner's).

@@ -223,6 +223,11 @@ Json MachineJson(const tuning::Machine& machine) {
   for (const std::string& isa : machine.isa()) out["isa"].push_back(Str(isa));
   out["cores"] = machine.cores();
   out["class"] = Str(MachineClass(machine));
+  if (machine.has_gpu()) {
+    const tuning::Gpu& g = machine.gpu();
+    out["gpu"] = {{"name", Str(g.name())}, {"sm", g.sm()},           {"num_sms", g.num_sms()},
+                  {"memory_bytes", g.memory_bytes()}, {"driver", Str(g.driver())}};
+  }
   return out;
 }
 
@@ -255,6 +260,13 @@ absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry) {
 }
 
 absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry, TuningDb db) {
+  // Asked for a GPU: its record joins the table's, so an untuned GPU finds
+  // a tuned one of its SM version.
+  if (flags.device == "cuda") {
+    if (absl::StatusOr<std::vector<GpuInfo>> gpus = CudaDevices(); gpus.ok()) {
+      for (const GpuInfo& g : *gpus) db.AddMachine(MachineOf(g));
+    }
+  }
   if (!flags.no_shipped) {
     std::vector<std::string> warnings;
     TuningDb shipped = ShippedTables(&warnings);

@@ -104,7 +104,8 @@ absl::StatusOr<TuningDb> LoadTable(const Flags& flags, const std::string& path);
 // tables behind it (unless --no-shipped), resolved against `registry` with
 // --machine's policy; warnings printed. Shipped entries of ops the registry
 // does not know are left out silently (their plugins are simply not
-// loaded).
+// loaded). With --device cuda this machine's GPUs' records join the table's
+// (an untuned GPU then finds a tuned one of its SM version).
 absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry);
 // The same over a table read already (`given`; flags.db is not read).
 absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry, TuningDb given);

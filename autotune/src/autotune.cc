@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -148,15 +149,46 @@ SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& opt
     // the best 1/rate of the ok ones and each group's best, and doubles the
     // repetitions.
     const int rate = std::max(2, options.halving_rate);
-    std::vector<size_t> alive = order;
+    // Round 0 deals the families in turn (each in its own order), so each
+    // is probed early, and leaves out the rest of a family far behind.
+    auto family_of = [&](size_t i) { return i < options.families.size() ? options.families[i] : 0; };
+    std::vector<size_t> alive;
+    {
+      std::map<int, std::vector<size_t>> members;
+      for (size_t i : order) members[family_of(i)].push_back(i);
+      for (size_t at = 0; alive.size() < n; ++at) {
+        for (const auto& [family, list] : members) {
+          if (at < list.size()) alive.push_back(list[at]);
+        }
+      }
+    }
+    std::map<int, std::pair<int, double>> probed;  // family -> (ok runs, fastest)
+    double fastest = std::numeric_limits<double>::infinity();
+    auto far_behind = [&](size_t i) {
+      auto it = probed.find(family_of(i));
+      return !options.families.empty() && it != probed.end() && it->second.first >= options.family_probe &&
+             it->second.second > options.family_cut * fastest;
+    };
     int reps = 1;
+    bool first_round = true;
     std::vector<size_t> ok;
     for (;;) {
       for (size_t i : alive) {
         if (reps_of[i] >= reps && !last[i].ok()) continue;
         if (spent() && !result.measured.empty()) break;
+        if (first_round && far_behind(i)) {
+          ++result.skipped;
+          continue;
+        }
         run(i, reps);
+        if (first_round && last[i].ok()) {
+          auto& [runs, best] = probed.try_emplace(family_of(i), 0, std::numeric_limits<double>::infinity()).first->second;
+          ++runs;
+          best = std::min(best, last[i].min_ns);
+          fastest = std::min(fastest, last[i].min_ns);
+        }
       }
+      first_round = false;
       ok.clear();
       for (size_t i : alive) {
         if (last[i].ok() && reps_of[i] == reps) ok.push_back(i);

@@ -80,6 +80,39 @@ TEST(SearchTest, HalvingFindsItForAFractionOfTheRuns) {
   EXPECT_EQ(times_measured.size(), halving.n);  // everyone was checked
 }
 
+// Round 0 probes every family (a variant's configurations with one
+// micro-kernel) and leaves out the rest of one three times slower than the
+// best so far: a portable micro-kernel beside an AVX-512 one. A family
+// nearer the best is measured whole, and holds the winner.
+TEST(SearchTest, HalvingLeavesOutTheRestOfAFamilyFarBehind) {
+  const size_t n = 90;  // family 0: 0-29, 1 ms up; family 1: 30-59, 6 ms up; family 2: 60-89, 1.2 ms up, best at 75
+  auto cost = [](size_t i) {
+    if (i < 30) return 1.0e6 + 1e4 * static_cast<double>(i);
+    if (i < 60) return 6.0e6 + 1e4 * static_cast<double>(i);
+    return i == 75 ? 0.9e6 : 1.2e6 + 1e4 * static_cast<double>(i);
+  };
+  std::map<size_t, int> measured;
+  auto measure = [&](size_t i, int reps, bool) {
+    ++measured[i];
+    Measurement m;
+    m.status = TrialStatus::kOk;
+    m.reps = reps;
+    m.median_ns = m.min_ns = m.max_ns = cost(i);
+    return m;
+  };
+  SearchOptions o;
+  o.strategy = Strategy::kHalving;
+  for (size_t i = 0; i < n; ++i) o.families.push_back(static_cast<int>(i / 30));
+  o.groups.assign(n, 0);
+  const SearchResult r = Search(n, measure, o);
+  EXPECT_EQ(r.best, 75);
+  size_t slow = 0, others = 0;
+  for (const auto& [i, count] : measured) (i >= 30 && i < 60 ? slow : others) += 1;
+  EXPECT_EQ(slow, static_cast<size_t>(o.family_probe));  // probed, then left out
+  EXPECT_EQ(others, 60u);                                // measured whole
+  EXPECT_EQ(r.skipped, 30u - o.family_probe);
+}
+
 // Round 0 times one run, a kernel's first: a variant that compiles itself
 // then (oneDNN) is 16x slower in it than after. Its best goes on to the
 // next round anyway, and wins there.

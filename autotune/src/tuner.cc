@@ -681,9 +681,18 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   SearchOptions search = request.search;
   search.stop = stop;
   search.groups.clear();  // by variant
+  search.families.clear();  // by variant and choices
   std::map<const Kernel*, int> group_of;
+  std::map<std::pair<const Kernel*, std::vector<int64_t>>, int> family_of;
   for (size_t i = 0; i < sweep.size(); ++i) {
-    search.groups.push_back(group_of.try_emplace(sweep[i].kernel.get(), static_cast<int>(group_of.size())).first->second);
+    const Kernel* k = sweep[i].kernel.get();
+    search.groups.push_back(group_of.try_emplace(k, static_cast<int>(group_of.size())).first->second);
+    std::vector<int64_t> choices;
+    for (size_t p = 0; p < k->params().params().size(); ++p) {
+      if (k->params().params()[p].kind == KREG_PARAM_CHOICE) choices.push_back(sweep[i].config.values()[p].value);
+    }
+    search.families.push_back(
+        family_of.try_emplace({k, std::move(choices)}, static_cast<int>(family_of.size())).first->second);
   }
   const SearchResult searched = Search(
       sweep.size(), [&](size_t i, int reps, bool again) { return sweep.Measure(i, reps, again); }, search);

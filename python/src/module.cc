@@ -427,7 +427,7 @@ struct PyTuningDb {
   // building it reads the shipped tables (~15 ms), a lookup takes microseconds.
   struct Answering {
     std::shared_ptr<const Registry> registry;
-    std::string machine;
+    std::string machine, device;
     bool shipped;
     Lut lut;
   };
@@ -435,9 +435,9 @@ struct PyTuningDb {
 
   const Lut& AnsweringLut(const std::shared_ptr<const Registry>& registry, const cli::Flags& flags) {
     if (!answering || answering->registry != registry || answering->machine != flags.machine ||
-        answering->shipped == flags.no_shipped) {
+        answering->device != flags.device || answering->shipped == flags.no_shipped) {
       answering.reset();
-      answering.emplace(Answering{registry, flags.machine, !flags.no_shipped,
+      answering.emplace(Answering{registry, flags.machine, flags.device, !flags.no_shipped,
                                   Value(cli::AnsweringLut(flags, *registry, db))});
     }
     return answering->lut;
@@ -717,7 +717,8 @@ PYBIND11_MODULE(_kreg, m) {
 
   py::class_<PyDispatcher>(m, "Dispatcher")
       .def(py::init([](const PyRegistry& r, const PyTuningDb* db, const std::string& machine, bool shipped) {
-             const cli::Flags flags = AnswerFlags(machine, shipped, 0, "", "", "");
+             cli::Flags flags = AnswerFlags(machine, shipped, 0, "", "", "");
+             if (CudaDevices().ok()) flags.device = "cuda";  // the GPUs' records, for run(device="cuda")
              Lut lut = Value(cli::AnsweringLut(flags, *r.registry, db != nullptr ? db->db : TuningDb()));
              PyDispatcher d;
              d.registry = r.registry;

@@ -3,7 +3,9 @@
 // memcpy, the stream does nothing, timing is the host clock. With
 // KREG_CUDA_BACKEND pointing at it, kreg's device path (DeviceCall, --device
 // cuda, tuning and dispatch under a GPU's key) runs where there is no GPU,
-// with the kernels of host_device_plugin.cc. A test double: never installed.
+// with the kernels of host_device_plugin.cc. KREG_HOST_DEVICE_GIB sets its
+// memory size (1 GiB by default): another GPU of the same SM version. A
+// test double: never installed.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,7 +15,10 @@
 
 namespace {
 
-constexpr uint64_t kMemory = uint64_t{1} << 30;
+uint64_t Memory() {
+  const char* gib = std::getenv("KREG_HOST_DEVICE_GIB");
+  return (gib != nullptr ? std::strtoull(gib, nullptr, 10) : 1) << 30;
+}
 
 struct Device {
   std::chrono::steady_clock::time_point start;
@@ -34,7 +39,7 @@ int Describe(int ordinal, kreg_gpu_info* info, char* msg, size_t cap) {
   std::snprintf(info->name, sizeof info->name, "kreg host-memory test device");
   info->sm = 90;
   info->num_sms = 2;
-  info->memory_bytes = kMemory;
+  info->memory_bytes = Memory();
   info->l2_bytes = 1 << 20;
   info->driver_version = 13000;
   info->runtime_version = 13000;
@@ -42,7 +47,7 @@ int Describe(int ordinal, kreg_gpu_info* info, char* msg, size_t cap) {
 }
 
 void* Alloc(void*, size_t bytes) {
-  if (bytes > kMemory) return nullptr;
+  if (bytes > Memory()) return nullptr;
   return std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
 }
 

@@ -66,6 +66,15 @@ struct SearchOptions {
   // halving: each candidate's group (its variant); empty: one group. Every
   // group's best so far survives each cut and races at the end.
   std::vector<int> groups;
+  // halving: each candidate's family (its variant and the values of its
+  // choice parameters, e.g. a micro-kernel); empty: none. Round 0 measures
+  // the families in turn and measures no more of a family once
+  // `family_probe` of its candidates ran and its fastest is `family_cut`
+  // times the fastest so far or slower (a portable micro-kernel beside an
+  // AVX-512 one): those are left out, not measured.
+  std::vector<int> families;
+  int family_probe = 4;
+  double family_cut = 3.0;
   // halving: interleaved passes of the final race after the leaders' full
   // measurements.
   int race_passes = 2;
@@ -93,6 +102,8 @@ struct SearchResult {
   std::vector<size_t> fully_measured;
   // False when the budget or the stop flag cut the strategy short.
   bool complete = true;
+  // halving: candidates left out of round 0 with their family.
+  size_t skipped = 0;
 };
 
 // Searches candidates [0, n). Exhaustive measures all fully. Random measures
