@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <set>
 #include <numeric>
 #include <random>
 
@@ -200,6 +201,17 @@ SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& opt
       // would be cut for it, so every variant's best goes on from it.
       const double within = reps == 1 ? std::numeric_limits<double>::infinity() : 3.0;
       alive = keep(ok, std::max<size_t>(1, (ok.size() + rate - 1) / rate), within);
+      if (reps == 1 && !options.families.empty()) {
+        // And each family's best within the cut of the fastest: one run
+        // cannot tell two close families apart (avx2 or avx512 lanes).
+        std::set<int> seen;
+        for (size_t i : alive) seen.insert(family_of(i));
+        for (size_t i : ok) {
+          if (seen.insert(family_of(i)).second && last[i].min_ns <= options.family_cut * last[ok.front()].min_ns) {
+            alive.push_back(i);
+          }
+        }
+      }
       reps = std::min(options.reps, reps * 2);
     }
     // The final race among the leaders.

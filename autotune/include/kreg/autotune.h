@@ -71,7 +71,8 @@ struct SearchOptions {
   // the families in turn and measures no more of a family once
   // `family_probe` of its candidates ran and its fastest is `family_cut`
   // times the fastest so far or slower (a portable micro-kernel beside an
-  // AVX-512 one): those are left out, not measured.
+  // AVX-512 one): those are left out, not measured. Each family's best
+  // within that cut of the fastest goes on to the next round.
   std::vector<int> families;
   int family_probe = 4;
   double family_cut = 3.0;
