@@ -80,6 +80,7 @@ TEST(HostDeviceTest, TuningKeysTheGpuBesideTheCpuAndTheTableAnswersEach) {
   EXPECT_EQ(gpu_id.rfind("cuda-", 0), 0u) << gpu_id;
   EXPECT_EQ(tuned["best"]["kernel"], "topk/host_device");
   EXPECT_EQ(tuned["best"]["params"]["passes"], 1);
+  EXPECT_EQ(tuned["timing"], "cuda events, cold L2");
   EXPECT_EQ(tuned["runner_up"]["kernel"], "topk/host_device");
   EXPECT_EQ(tuned["counts"]["candidates"].get<int>() - tuned["counts"]["failed"].get<int>(), 2) << r.stdout_text;
   // The same problem on the CPU, into the same table.
@@ -88,6 +89,7 @@ TEST(HostDeviceTest, TuningKeysTheGpuBesideTheCpuAndTheTableAnswersEach) {
   tuned = Json::parse(r.stdout_text);
   EXPECT_EQ(tuned["key"]["machine"].get<std::string>().rfind("cuda-", 0), std::string::npos);
   EXPECT_EQ(tuned["best"]["kernel"], "topk/heap");
+  EXPECT_EQ(tuned["timing"], "host clock");
 
   r = Kreg("db export --json " + db);
   ASSERT_EQ(r.code, 0) << r.out;

@@ -121,6 +121,7 @@ void PrintResult(const Flags& flags, const TuneResult& r, Strategy strategy, con
   if (flags.json) {
     Json out = TuneResultJson(r, StrategyName(strategy));
     if (!where_json.is_null()) out["shared"] = std::move(where_json);
+    out["timing"] = TimingName(flags);
     std::cout << Dump(out) << std::endl;
     return;
   }
@@ -130,9 +131,9 @@ void PrintResult(const Flags& flags, const TuneResult& r, Strategy strategy, con
     best = Winner(op_name, r.entry.best());
     if (r.entry.has_runner_up()) absl::StrAppend(&best, "  (runner-up ", Winner(op_name, r.entry.runner_up()), ")");
   }
-  std::cout << ValidUtf8(absl::StrFormat("%s: %s\n    %d candidates, %d measured, %d reused, %d failed, %.1f s, %s%s%s\n",
+  std::cout << ValidUtf8(absl::StrFormat("%s: %s\n    %d candidates, %d measured, %d reused, %d failed, %.1f s, %s, %s%s%s\n",
                                          KeyString(r.key), best, r.candidates, r.measured, r.reused, r.failed,
-                                         r.seconds, StrategyName(strategy),
+                                         r.seconds, StrategyName(strategy), TimingName(flags),
                                          r.complete  ? ""
                                          : r.stopped ? "  (incomplete: stopped)"
                                                      : "  (incomplete: the budget ran out)",
