@@ -152,8 +152,12 @@ int64_t Elements(const Problem& p) {
 // evenly spaced sample, the first (the default, when legal) always in it.
 std::vector<Config> TunerConfigs(const Kernel& kernel, const Problem& problem, size_t max_configs) {
   std::vector<Config> legal;
+  // A device kernel's check sees the shapes (its data goes to the device),
+  // as the tuner's worker asks it.
+  kreg_args shapes = *problem.args();
+  if (kernel.device() != 0) shapes.flags |= KREG_ARGS_SHAPE_ONLY;
   for (Config& c : kernel.params().Enumerate(CpuIsa(), problem.values().dims.data(), /*max_list_len=*/2)) {
-    if (kernel.Check(c, *problem.args()).ok()) legal.push_back(std::move(c));
+    if (kernel.Check(c, shapes).ok()) legal.push_back(std::move(c));
   }
   if (legal.size() <= max_configs) return legal;
   std::vector<Config> sample;
