@@ -354,6 +354,9 @@ absl::StatusOr<Device*> Gpu() {
 absl::Status RunOn(const std::string& device, const Call& call, RunOptions options,
                    const std::function<absl::Status(const kreg_args&, const RunOptions&)>& run) {
   if (device == "cpu") return run(call.args(), options);
+  // The data is checked here, on the host (on the device the op's
+  // validator sees shapes only).
+  if (absl::Status s = call.op().Validate(call.args()); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(gpu_mutex);
   absl::StatusOr<Device*> opened = Gpu();
   if (!opened.ok()) return opened.status();

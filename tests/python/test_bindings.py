@@ -358,6 +358,16 @@ assert d.last["kernel"] == "topk/host_device" and d.last["match"] == "exact", d.
 assert (out["indices"] == want).all()
 d.run("topk", input=x, k=20)
 assert d.last["kernel"] == "topk/sort", d.last
+lhs, rhs = np.ones((8, 4), np.float32), np.ones((2, 4, 3), np.float32)
+y = kreg.run("gmm/host_device", registry=reg, lhs=lhs, rhs=rhs, group_sizes=np.array([3, 5], np.int32),
+             device="cuda")["out"]
+assert (y == 4).all(), y
+try:  # the data is checked on the host, as on the CPU
+    kreg.run("gmm/host_device", registry=reg, lhs=lhs, rhs=rhs, group_sizes=np.array([-1, 5], np.int32),
+             device="cuda")
+    raise SystemExit("a negative group size ran")
+except ValueError as e:
+    assert "group_sizes" in str(e), e
 print("ok")
 """
 
