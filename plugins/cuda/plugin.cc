@@ -15,14 +15,10 @@ namespace {
 enum { kInput, kRowStarts, kRowEnds, kValues, kIndices, kStats };
 enum { kBatch, kN, kK };
 
-int64_t RowStride(const DLTensor* t) {
-  if (t == nullptr) return 0;
-  if (t->ndim < 2) return t->strides != nullptr && t->ndim == 1 ? t->strides[0] : 1;
-  return t->strides != nullptr ? t->strides[0] : t->shape[1];
-}
-
-// Stride of dimension d in elements (compact row-major without strides).
+// Stride of dimension d in elements (compact row-major without strides; 0
+// for an absent tensor).
 int64_t Stride(const DLTensor* t, int d) {
+  if (t == nullptr) return 0;
   if (t->strides != nullptr) return t->strides[d];
   int64_t s = 1;
   for (int i = d + 1; i < t->ndim; ++i) s *= t->shape[i];
@@ -129,17 +125,17 @@ kreg_status RadixRun(const kreg_config* config, const kreg_args* args, void*, vo
   const DLTensor* const* t = args->tensors;
   RadixArgs a{};
   a.input = Data<const void>(t[kInput]);
-  a.input_stride = RowStride(t[kInput]);
+  a.input_stride = Stride(t[kInput], 0);
   a.row_starts = Data<const int32_t>(t[kRowStarts]);
-  a.starts_stride = RowStride(t[kRowStarts]);
+  a.starts_stride = Stride(t[kRowStarts], 0);
   a.row_ends = Data<const int32_t>(t[kRowEnds]);
-  a.ends_stride = RowStride(t[kRowEnds]);
+  a.ends_stride = Stride(t[kRowEnds], 0);
   a.values = Data<void>(t[kValues]);
-  a.values_stride = RowStride(t[kValues]);
+  a.values_stride = Stride(t[kValues], 0);
   a.indices = Data<int32_t>(t[kIndices]);
-  a.indices_stride = RowStride(t[kIndices]);
+  a.indices_stride = Stride(t[kIndices], 0);
   a.stats = Data<int32_t>(t[kStats]);
-  a.stats_stride = RowStride(t[kStats]);
+  a.stats_stride = Stride(t[kStats], 0);
   a.batch = args->dims[kBatch];
   a.n = args->dims[kN];
   a.k = static_cast<int>(args->dims[kK]);

@@ -40,9 +40,6 @@ struct GpuInfo {
   std::string runtime;  // the CUDA runtime kreg was built with
 };
 
-// "NVIDIA H100 80GB HBM3, sm_90, 80 GiB, driver CUDA 13.0".
-std::string GpuSummary(const GpuInfo& gpu);
-
 // The CUDA devices of this machine (asked once per process); Unavailable
 // with the reason (module missing, no driver, no GPU) otherwise.
 absl::StatusOr<std::vector<GpuInfo>> CudaDevices();
