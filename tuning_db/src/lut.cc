@@ -464,8 +464,10 @@ struct Lut::Impl {
   // that neighbour measured it (log2 of the ratio; kOtherConfigLog2 more
   // than its variant's fastest there when not that configuration;
   // kUnmeasuredLog2 when not the variant), weighted by nearness (1 / (d +
-  // 1/4)^3 for an L1 distance d in log2 dims: a neighbour twice as far
-  // counts about an eighth as much). Ties go to the nearer; the
+  // 1/4)^2 for an L1 distance d in log2 dims: a neighbour twice as far
+  // counts about a quarter as much; with the cube, the nearer of two
+  // grid points a crossover lies between outvoted the farther one even
+  // where the farther one's winner was 1.3x faster). Ties go to the nearer; the
   // nearest usable entry, `nearest`, answers when it is not among them.
   std::pair<uint32_t, float> Consensus(const Group& group, const float* q, const ShapeArgs& shape, uint32_t skip,
                                        std::pair<uint32_t, float> nearest) const {
@@ -490,7 +492,7 @@ struct Lut::Impl {
       for (size_t b = 0; b < best.n; ++b) {
         if (!answers(best.c[b].item)) continue;
         const float r = best.c[b].dist + 0.25f;
-        const float w = 1.0f / (r * r * r);
+        const float w = 1.0f / (r * r);
         sum += w * SlowerAt(items[best.c[b].item], winner);
         weights += w;
       }

@@ -1637,8 +1637,8 @@ TEST_F(Query, ANearestAnswerWeighsTheNeighboursMeasurements) {
   a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 9}}, kMachine);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->kernel->ConfigString(*a->config), "method=partial_sort");
-  // Where k=8 measured nth_element 2x slower, its own winner stands at k=20.
-  db.AddTrial(Key(8, 1000, 8), Sort("nth_element", 200));
+  // Where k=8 measured nth_element 4x slower, its own winner stands at k=20.
+  db.AddTrial(Key(8, 1000, 8), Sort("nth_element", 400));
   lut = Lut::Build(db, *registry_);
   ASSERT_TRUE(lut.ok()) << lut.status();
   a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 20}}, kMachine);
