@@ -93,6 +93,21 @@ Measurement CombinePasses(const std::vector<Measurement>& passes) {
   return combined;
 }
 
+std::vector<bool> StillRacing(const std::vector<std::vector<Measurement>>& passes) {
+  auto ok = [](const std::vector<Measurement>& p) {
+    return !p.empty() && std::all_of(p.begin(), p.end(), [](const Measurement& m) { return m.ok(); });
+  };
+  double leader = std::numeric_limits<double>::infinity();
+  for (const std::vector<Measurement>& p : passes) {
+    if (ok(p)) leader = std::min(leader, CombinePasses(p).median_ns);
+  }
+  std::vector<bool> in(passes.size());
+  for (size_t l = 0; l < passes.size(); ++l) {
+    in[l] = ok(passes[l]) && CombinePasses(passes[l]).min_ns <= leader;
+  }
+  return in;
+}
+
 SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& options) {
   SearchResult result;
   const auto start = Clock::now();
@@ -212,7 +227,10 @@ SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& opt
           }
         }
       }
-      reps = std::min(options.reps, reps * 2);
+      // A round that cut nothing would measure everyone again with a few
+      // more runs (a space of a few candidates, each its variant's best):
+      // they go straight to full repetitions.
+      reps = alive.size() >= ok.size() ? options.reps : std::min(options.reps, reps * 2);
     }
     // The final race among the leaders.
     const bool stopped = options.stop != nullptr && options.stop->load();
@@ -225,10 +243,15 @@ SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& opt
       for (size_t l = 0; l < leaders.size(); ++l) {
         if (last[leaders[l]].ok() && reps_of[leaders[l]] == options.reps) passes[l].push_back(last[leaders[l]]);
       }
+      std::vector<bool> in(leaders.size(), true);
       for (int pass = 0; pass < options.race_passes && !spent(); ++pass) {
+        if (pass > 0) {
+          in = StillRacing(passes);
+          if (std::count(in.begin(), in.end(), true) < 2) break;
+        }
         for (size_t step = 0; step < leaders.size() && !spent(); ++step) {
           const size_t l = pass % 2 == 0 ? leaders.size() - 1 - step : step;
-          if (passes[l].empty() || !passes[l].back().ok()) continue;
+          if (!in[l] || passes[l].empty() || !passes[l].back().ok()) continue;
           Measurement m = measure(leaders[l], options.reps, /*again=*/true);
           result.measured.emplace_back(leaders[l], m);
           passes[l].push_back(std::move(m));

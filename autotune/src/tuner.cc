@@ -332,8 +332,9 @@ class Sweep {
   // measured again on 1, 2, 4, ... threads, fewer than the `cores` they
   // ran on; a faster one is the entry's best like any other trial. Each
   // leader and its fewer-thread copies race (as the search's leaders do):
-  // race_passes + 1 passes, interleaved in alternating order, so a core
-  // another tenant holds for a while slows them all alike.
+  // up to race_passes + 1 passes, interleaved in alternating order, so a
+  // core another tenant holds for a while slows them all alike; one clearly
+  // behind after a pass leaves the race (StillRacing).
   bool ThreadRound(int cores, double deadline_seconds) {
     constexpr double kThreadRoundWithin = 1.5;
     constexpr size_t kThreadRoundLeaders = 3;
@@ -357,11 +358,16 @@ class Sweep {
         candidates_.push_back({candidates_[i].kernel, candidates_[i].config, t});
       }
       std::vector<std::vector<Measurement>> passes(group.size());
+      std::vector<bool> in(group.size(), true);
       for (int pass = 0; pass <= request_.search.race_passes; ++pass) {
+        if (pass > 0) {
+          in = StillRacing(passes);
+          if (std::count(in.begin(), in.end(), true) < 2) break;
+        }
         for (size_t step = 0; step < group.size(); ++step) {
           if (stopped() || (deadline_seconds > 0 && Elapsed() >= deadline_seconds)) return false;
           const size_t l = pass % 2 == 0 ? group.size() - 1 - step : step;
-          if (!passes[l].empty() && !passes[l].back().ok()) continue;
+          if (!in[l]) continue;
           passes[l].push_back(Measure(group[l], request_.search.reps, /*again=*/true));
         }
       }

@@ -113,15 +113,23 @@ struct SearchResult {
 // run, which one preempted run cannot spoil) and each group's best if within
 // 3x, doubles the repetitions, and so on up to full repetitions;
 // then races the leaders (the best two and each group's best, if within
-// 1.5x of the best): each measured fully, then `race_passes` more times,
-// interleaved in alternating order so that drift and noise fall on all of
-// them alike; the winner has the least median of its passes' medians.
+// 1.5x of the best): each measured fully, then up to `race_passes` more
+// times, interleaved in alternating order so that drift and noise fall on
+// all of them alike, a leader leaving the race once clearly behind
+// (StillRacing); the winner has the least median of its passes' medians.
 SearchResult Search(size_t n, const MeasureFn& measure, const SearchOptions& options);
 
 // One candidate's race passes as one measurement: the median of their
 // medians, the least min and greatest max, the repetitions summed; a
 // failure in any pass is the result. `passes` is not empty.
 Measurement CombinePasses(const std::vector<Measurement>& passes);
+
+// After an interleaved pass of a race, the racers still in it: passes[l]
+// are racer l's measurements so far (empty or failed: out). Timing noise
+// slows runs down and never speeds them up, so a racer whose fastest run
+// is slower than the leader's median (CombinePasses) is behind it, and
+// more passes would only confirm that; the others race on.
+std::vector<bool> StillRacing(const std::vector<std::vector<Measurement>>& passes);
 
 }  // namespace kreg
 
