@@ -18,7 +18,9 @@ exhaustive's time.
 nearest: tunes a grid of shapes (halving) into one table, and each held-out
 shape exhaustively into its own; then runs, interleaved, the grid table's
 answer for each held-out shape (nearest), its fresh best, and the op's
-default with nothing tuned. Goal: nearest's median ratio to the fresh best
+default with nothing tuned. A nearest answer that is the fresh best's
+kernel and parameters counts as 1 (its runs' ratio, shown beside it, is
+the machine's noise). Goal: nearest's median ratio to the fresh best
 at most 1.05, none above 1.20, and on average no worse than the default.
 
 defaults: for each shape of this machine's shipped table, the default kreg
@@ -112,7 +114,7 @@ class Kreg:
         return time.monotonic() - start
 
     def choice(self, shape, db, env=None, flags=()):
-        """The kernel and params the table answers with, as one string."""
+        """The kernel, params and thread count the table answers with, as one string."""
         op, dims, extra = shape
         # query asks for a data class where run and tune generate it.
         extra = ["--data-class" if x == "--partition" else x for x in extra]
@@ -120,7 +122,9 @@ class Kreg:
                                  env).splitlines()[0])
         params = " ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}"
                           for k, v in answer["params"].items())
-        return f"`{answer['kernel']}{' ' + params if params else ''}`"
+        threads = answer.get("threads", 0)
+        on = f" on {threads} thread{'s' if threads > 1 else ''}" if threads else ""
+        return f"`{answer['kernel']}{' ' + params if params else ''}{on}`"
 
     def run_median(self, shape, db, reps, env=None, flags=()):
         op, dims, extra = shape
@@ -213,12 +217,18 @@ def nearest(kreg, family, args, scratch):
         entries = {"best": (fresh_db, None, ["--no-shipped"]), "nearest": (grid_db, None, ["--no-shipped"]),
                    "default": (empty_db, None, ["--no-shipped"])}
         times = interleaved(kreg, shape, entries, args.rounds, args.reps)
-        near = statistics.median(n / b for n, b in zip(times["nearest"], times["best"]))
+        measured = statistics.median(n / b for n, b in zip(times["nearest"], times["best"]))
         default = statistics.median(d / b for d, b in zip(times["default"], times["best"]))
+        best_choice = kreg.choice(shape, fresh_db, flags=["--no-shipped"])
+        near_choice = kreg.choice(shape, grid_db, flags=["--no-shipped"])
+        # The same kernel and parameters are the same answer: what their runs
+        # measured apart is the machine's noise, shown beside it.
+        near = 1.0 if near_choice == best_choice else measured
         near_ratios.append(near)
         default_ratios.append(default)
-        print(f"| {shape[0]} {shape[1]} | {kreg.choice(shape, fresh_db, flags=['--no-shipped'])} "
-              f"| {kreg.choice(shape, grid_db, flags=['--no-shipped'])} | {near:.3f} | {default:.3f} |", flush=True)
+        shown = f"1 (same; runs {measured:.3f})" if near_choice == best_choice else f"{near:.3f}"
+        print(f"| {shape[0]} {shape[1]} | {best_choice} | {'same' if near_choice == best_choice else near_choice} "
+              f"| {shown} | {default:.3f} |", flush=True)
     geo = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
     print(f"\nnearest / best: median {statistics.median(near_ratios):.3f}, worst {max(near_ratios):.3f}, "
           f"geometric mean {geo(near_ratios):.3f}; default / best: geometric mean {geo(default_ratios):.3f} "
