@@ -53,8 +53,8 @@ std::vector<std::string> Names(const std::vector<std::shared_ptr<const Kernel>>&
 }
 
 // The topk plugin's own kernels.
-const std::vector<std::string> kTopKKernels = {"topk/blockwise", "topk/heap", "topk/radix", "topk/reference",
-                                               "topk/sort"};
+const std::vector<std::string> kTopKKernels = {"topk/blockmax", "topk/blockwise", "topk/heap", "topk/radix",
+                                               "topk/reference", "topk/sort"};
 
 // ---- Refusals -------------------------------------------------------------------
 
@@ -280,7 +280,7 @@ TEST(LoaderTest, KernelCarriesParametersChecksAndMessages) {
   EXPECT_THAT(std::string(kernel->ParseConfig({{"tiles", "8"}}).status().message()),
               HasSubstr("has no parameter 'tiles'"));
   EXPECT_THAT(std::string(registry.Get("topk/nope").status().message()),
-              HasSubstr("known topk kernels: topk/blockwise, topk/fake, topk/fake_two, topk/heap"));
+              HasSubstr("known topk kernels: topk/blockmax, topk/blockwise, topk/fake, topk/fake_two, topk/heap"));
   EXPECT_EQ(registry.Get("topk/nope").status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(registry.Get("nope/x").status().message()),
               HasSubstr("no plugin loaded provides op 'nope'"));
@@ -446,7 +446,7 @@ TEST(RegistryTest, ListsTheOpsPluginsDeclareAndTheirReferences) {
   EXPECT_EQ(info.name, "topk");
   EXPECT_THAT(info.ops, ElementsAre("topk"));
   EXPECT_THAT(info.kernels, UnorderedElementsAre("topk/reference", "topk/sort", "topk/heap", "topk/radix",
-                                                 "topk/blockwise"));
+                                                 "topk/blockwise", "topk/blockmax"));
 }
 
 TEST(RegistryTest, TheAxpyOpIsListedWithItsRolesAndItsInOutTensor) {

@@ -1,6 +1,7 @@
-// topk/heap's vector work, one set per ISA (heap_avx2.cc, heap_avx512.cc,
-// both from heap_scan.h). Each runs only on a CPU with its ISA (the `simd`
-// parameter's choice_isa); heap.cc drives them.
+// topk/heap's and topk/blockmax's vector work, one set per ISA
+// (heap_avx2.cc, heap_avx512.cc, both from heap_scan.h). Each runs only on a
+// CPU with its ISA (the `simd` parameter's choice_isa); heap.cc and
+// blockmax.cc drive them.
 #ifndef KREG_PLUGINS_TOPK_HEAP_H_
 #define KREG_PLUGINS_TOPK_HEAP_H_
 
@@ -19,6 +20,22 @@ struct HeapOps {
   // The packed keys of the elements of [c, end) at least as good as t (or
   // NaN) into keys; returns how many. (end - c) % 64 == 0.
   int64_t (*collect)(const void* row, bool bf16, bool largest, int64_t c, int64_t end, float t, uint64_t* keys);
+  // topk/blockmax's passes (blockmax.cc), in their order:
+  // best[j] = the best float of the `block` elements from c + j * block, j
+  // < blocks: an element's value (NaN or not). block % 64 == 0.
+  void (*block_max)(const void* row, bool bf16, bool largest, int64_t c, int64_t block, int64_t blocks,
+                    float* best);
+  // score[j] = best[j]'s Score; returns the k-th best of best[0, blocks),
+  // one of them. 0 < k <= blocks.
+  float (*block_threshold)(const float* best, int64_t blocks, int64_t k, bool largest, uint32_t* score);
+  // The packed keys of the elements at least as good as t (or NaN) of the
+  // blocks whose score reaches t's, in column order; returns how many.
+  int64_t (*collect_blocks)(const void* row, bool bf16, bool largest, int64_t c, int64_t block, int64_t blocks,
+                            const uint32_t* score, float t, uint64_t* keys);
+  // out[0, k) = the best k of keys[0, m) (distinct, in column order, m >=
+  // k), best first; scores and above: room for m each.
+  void (*best_of_collected)(const uint64_t* keys, int64_t m, int64_t k, uint32_t* scores, uint64_t* above,
+                            uint64_t* out);
 };
 
 extern const HeapOps kHeapAvx2;

@@ -29,6 +29,20 @@ struct Avx2 {
   static Vec Splat(float t, bool /*bf16*/) {
     return _mm256_set1_ps(t);
   }
+  using NanSet = __m256;
+  static NanSet NoNans() { return _mm256_setzero_ps(); }
+  static NanSet AddNans(NanSet s, Vec a, Vec b) { return _mm256_or_ps(s, _mm256_cmp_ps(a, b, _CMP_UNORD_Q)); }
+  static bool AnyNan(NanSet s) { return !_mm256_testz_ps(s, s); }
+  // The best lane (an element's value: max and min return an operand).
+  template <bool kLargest>
+  static float Reduce(Vec v) {
+    __m128 x = kLargest ? _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))
+                        : _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 y = _mm_movehl_ps(x, x);
+    x = kLargest ? _mm_max_ps(x, y) : _mm_min_ps(x, y);
+    const __m128 z = _mm_shuffle_ps(x, x, 1);
+    return _mm_cvtss_f32(kLargest ? _mm_max_ss(x, z) : _mm_min_ss(x, z));
+  }
   static void Store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
   static Vec LoadF32(const float* p) { return _mm256_loadu_ps(p); }
   template <bool kLargest>

@@ -85,6 +85,14 @@ struct Avx512 {
     const __m512i key = _mm512_ternarylogic_epi32(x, _mm512_srai_epi16(x, 15), _mm512_set1_epi16(0x7fff), 0x78);
     return _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(key, t.lo), t.span);
   }
+  using NanSet = __mmask16;
+  static NanSet NoNans() { return 0; }
+  static NanSet AddNans(NanSet s, Vec a, Vec b) { return s | _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q); }
+  static bool AnyNan(NanSet s) { return s != 0; }
+  template <bool kLargest>
+  static float Reduce(Vec v) {
+    return kLargest ? _mm512_reduce_max_ps(v) : _mm512_reduce_min_ps(v);
+  }
   static void Store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
   static Vec LoadF32(const float* p) { return _mm512_loadu_ps(p); }
   template <bool kLargest>

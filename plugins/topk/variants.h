@@ -16,7 +16,8 @@
   X(kSortKernel)             \
   X(kHeapKernel)             \
   X(kRadixKernel)            \
-  X(kBlockwiseKernel)
+  X(kBlockwiseKernel)        \
+  X(kBlockMaxKernel)
 
 namespace kreg::topk {
 

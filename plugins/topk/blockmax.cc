@@ -1,0 +1,117 @@
+// topk/blockmax: two passes over a row, the first at the memory's pace. It
+// streams the row once and keeps the best of each block of `block`
+// consecutive elements, a vector compare per element and no branch. The
+// k-th best of those block bests, t, is reached by at least k elements
+// (each block's best), so every one of the row's top k is at least as good
+// as t, and they lie in the blocks whose best reaches t: about k blocks,
+// read again from cache for their elements at least as good as t (a few k
+// of them). The best k of those are placed by counting. Where topk/heap's
+// scan stops the stream for each newcomer to its heap, this one only reads.
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "common.h"
+#include "heap.h"
+#include "variants.h"
+
+namespace kreg::topk {
+namespace {
+
+enum Simd { kAvx2 = 0, kAvx512 = 1 };
+const char* const kSimdChoices[] = {"avx2", "avx512"};
+// avx2 needs nothing beyond the kernel's own required_isa.
+const uint32_t kSimdIsa[] = {0, KREG_ISA_AVX2 | KREG_ISA_AVX512F | KREG_ISA_AVX512BW};
+const kreg_param_desc kSimdParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "simd",
+    .doc = "the passes' vectors: avx2 (8 lanes) or avx512 (16)",
+    .kind = KREG_PARAM_CHOICE,
+    .choices = kSimdChoices,
+    .num_choices = 2,
+    .default_value = kAvx2,
+    .choice_isa = kSimdIsa,
+};
+const int64_t kBlocks[] = {128, 256, 512};
+const kreg_param_desc kBlockParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "block",
+    .doc = "elements per block: fewer re-read, more block bests to rank",
+    .kind = KREG_PARAM_INT,
+    .values = kBlocks,
+    .num_values = 3,
+    .default_value = 256,
+};
+const kreg_param_desc* const kParams[] = {&kSimdParam, &kBlockParam};
+
+// A thread's scratch, grown and never shrunk.
+struct Scratch {
+  std::vector<float> best;
+  std::vector<uint32_t> score, scores;
+  std::vector<uint64_t> keys, above;
+};
+
+// Leaves in `out` the packed keys of the best min(k, end - start) columns
+// of [start, end) of row, best first.
+void SelectRow(const HeapOps& ops, const void* row, bool bf16, bool largest, int64_t start, int64_t end, int64_t k,
+               int64_t block, Scratch& s, std::vector<uint64_t>& out) {
+  // Rows of fewer than k blocks (a short row, or k near n, where the tuner
+  // will prefer another variant) take every element as a candidate.
+  const int64_t len = end - start, blocks = len / block;
+  if (s.keys.size() < static_cast<size_t>(len)) s.keys.resize(len);
+  uint64_t* keys = s.keys.data();
+  int64_t m = 0;
+  const bool blocked = k > 0 && blocks >= k;
+  if (blocked) {
+    if (s.best.size() < static_cast<size_t>(blocks)) {
+      s.best.resize(blocks);
+      s.score.resize(blocks);
+    }
+    ops.block_max(row, bf16, largest, start, block, blocks, s.best.data());
+    const float t = ops.block_threshold(s.best.data(), blocks, k, largest, s.score.data());
+    m = ops.collect_blocks(row, bf16, largest, start, block, blocks, s.score.data(), t, keys);
+  }
+  // The tail after the last whole block (or a row too short for blocks):
+  // every element a candidate.
+  for (int64_t c = start + (blocked ? blocks * block : 0); c < end; ++c) {
+    keys[m++] = Pack(Score(FloatBits(row, bf16, c), largest), c);
+  }
+  k = std::min(k, len);
+  out.resize(k);
+  if (k == 0) return;
+  if (s.scores.size() < static_cast<size_t>(m)) {
+    s.scores.resize(m);
+    s.above.resize(m);
+  }
+  ops.best_of_collected(keys, m, k, s.scores.data(), s.above.data(), out.data());
+}
+
+kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg, size_t cap) {
+  const bool bf16 = IsBf16(a);
+  const HeapOps& ops = Param(config, 0).value == kAvx512 ? kHeapAvx512 : kHeapAvx2;
+  const int64_t block = Param(config, 1).value;
+  tbb::enumerable_thread_specific<Scratch> scratch;
+  const kreg_status status =
+      SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end, std::vector<uint64_t>& out) {
+        SelectRow(ops, InputRow(a, r), bf16, a.largest, start, end, a.k, block, scratch.local(), out);
+        return 0;
+      });
+  return Finish(status, msg, cap);
+}
+
+}  // namespace
+
+extern const kreg_kernel kBlockMaxKernel = {
+    .struct_size = sizeof(kreg_kernel),
+    .op = "topk",
+    .variant = "blockmax",
+    .version = 1,
+    .doc = "block bests in one streaming pass bound the k-th best; the blocks that reach it are read again",
+    .required_isa = KREG_ISA_AVX2,
+    .params = kParams,
+    .num_params = sizeof kParams / sizeof kParams[0],
+    .check = CheckTopK,
+    .run = GuardedRun<Run>,
+};
+
+}  // namespace kreg::topk
