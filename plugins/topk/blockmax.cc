@@ -44,11 +44,26 @@ const kreg_param_desc kBlockParam = {
 };
 const kreg_param_desc* const kParams[] = {&kSimdParam, &kBlockParam};
 
-// A thread's scratch, grown and never shrunk.
+// Room for n Ts, grown and never shrunk, never initialised (zero-filling a
+// row's worth of keys per call cost more than the passes over a long row).
+template <typename T>
+class Buffer {
+ public:
+  T* Get(int64_t n) {
+    if (size_ < n) data_.reset(new T[size_ = n]);
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<T[]> data_;
+  int64_t size_ = 0;
+};
+
+// A thread's scratch.
 struct Scratch {
-  std::vector<float> best;
-  std::vector<uint32_t> score, scores;
-  std::vector<uint64_t> keys, above;
+  Buffer<float> best;
+  Buffer<uint32_t> score, scores;
+  Buffer<uint64_t> keys, above;
 };
 
 // Leaves in `out` the packed keys of the best min(k, end - start) columns
@@ -58,18 +73,15 @@ void SelectRow(const HeapOps& ops, const void* row, bool bf16, bool largest, int
   // Rows of fewer than k blocks (a short row, or k near n, where the tuner
   // will prefer another variant) take every element as a candidate.
   const int64_t len = end - start, blocks = len / block;
-  if (s.keys.size() < static_cast<size_t>(len)) s.keys.resize(len);
-  uint64_t* keys = s.keys.data();
+  uint64_t* keys = s.keys.Get(len);  // at most every element
   int64_t m = 0;
   const bool blocked = k > 0 && blocks >= k;
   if (blocked) {
-    if (s.best.size() < static_cast<size_t>(blocks)) {
-      s.best.resize(blocks);
-      s.score.resize(blocks);
-    }
-    ops.block_max(row, bf16, largest, start, block, blocks, s.best.data());
-    const float t = ops.block_threshold(s.best.data(), blocks, k, largest, s.score.data());
-    m = ops.collect_blocks(row, bf16, largest, start, block, blocks, s.score.data(), t, keys);
+    float* best = s.best.Get(blocks);
+    uint32_t* score = s.score.Get(blocks);
+    ops.block_max(row, bf16, largest, start, block, blocks, best);
+    const float t = ops.block_threshold(best, blocks, k, largest, score);
+    m = ops.collect_blocks(row, bf16, largest, start, block, blocks, score, t, keys);
   }
   // The tail after the last whole block (or a row too short for blocks):
   // every element a candidate.
@@ -78,12 +90,7 @@ void SelectRow(const HeapOps& ops, const void* row, bool bf16, bool largest, int
   }
   k = std::min(k, len);
   out.resize(k);
-  if (k == 0) return;
-  if (s.scores.size() < static_cast<size_t>(m)) {
-    s.scores.resize(m);
-    s.above.resize(m);
-  }
-  ops.best_of_collected(keys, m, k, s.scores.data(), s.above.data(), out.data());
+  if (k > 0) ops.best_of_collected(keys, m, k, s.scores.Get(m), s.above.Get(m), out.data());
 }
 
 kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg, size_t cap) {
