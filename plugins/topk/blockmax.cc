@@ -18,10 +18,6 @@
 namespace kreg::topk {
 namespace {
 
-enum Simd { kAvx2 = 0, kAvx512 = 1 };
-const char* const kSimdChoices[] = {"avx2", "avx512"};
-// avx2 needs nothing beyond the kernel's own required_isa.
-const uint32_t kSimdIsa[] = {0, KREG_ISA_AVX2 | KREG_ISA_AVX512F | KREG_ISA_AVX512BW};
 const kreg_param_desc kSimdParam = {
     .struct_size = sizeof(kreg_param_desc),
     .name = "simd",
@@ -95,7 +91,7 @@ void SelectRow(const HeapOps& ops, const void* row, bool bf16, bool largest, int
 
 kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg, size_t cap) {
   const bool bf16 = IsBf16(a);
-  const HeapOps& ops = Param(config, 0).value == kAvx512 ? kHeapAvx512 : kHeapAvx2;
+  const HeapOps& ops = OpsOf(Param(config, 0).value);
   const int64_t block = Param(config, 1).value;
   tbb::enumerable_thread_specific<Scratch> scratch;
   const kreg_status status =

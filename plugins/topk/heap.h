@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kreg/plugin_abi.h"
+
 namespace kreg::topk {
 
 struct HeapOps {
@@ -40,6 +42,13 @@ struct HeapOps {
 
 extern const HeapOps kHeapAvx2;
 extern const HeapOps kHeapAvx512;
+
+// The kernels' `simd` parameter: which set of HeapOps runs. avx2 needs
+// nothing beyond the kernels' own required_isa.
+enum Simd { kAvx2 = 0, kAvx512 = 1 };
+inline constexpr const char* kSimdChoices[] = {"avx2", "avx512"};
+inline constexpr uint32_t kSimdIsa[] = {0, KREG_ISA_AVX2 | KREG_ISA_AVX512F | KREG_ISA_AVX512BW};
+inline const HeapOps& OpsOf(int64_t simd) { return simd == kAvx512 ? kHeapAvx512 : kHeapAvx2; }
 
 }  // namespace kreg::topk
 
