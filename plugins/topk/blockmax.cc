@@ -1,6 +1,6 @@
 // topk/blockmax: two passes over a row, the first at the memory's pace. It
 // streams the row once and keeps the best of each block of `block`
-// consecutive elements, a vector compare per element and no branch. The
+// consecutive elements, a vector max per element and no branch on them. The
 // k-th best of those block bests, t, is reached by at least k elements
 // (each block's best), so every one of the row's top k is at least as good
 // as t, and they lie in the blocks whose best reaches t: about k blocks,
