@@ -8,7 +8,6 @@
 // of them). The best k of those are placed by counting. Where topk/heap's
 // scan stops the stream for each newcomer to its heap, this one only reads.
 #include <algorithm>
-#include <memory>
 #include <vector>
 
 #include "common.h"
@@ -39,21 +38,6 @@ const kreg_param_desc kBlockParam = {
     .default_value = 256,
 };
 const kreg_param_desc* const kParams[] = {&kSimdParam, &kBlockParam};
-
-// Room for n Ts, grown and never shrunk, never initialised (zero-filling a
-// row's worth of keys per call cost more than the passes over a long row).
-template <typename T>
-class Buffer {
- public:
-  T* Get(int64_t n) {
-    if (size_ < n) data_.reset(new T[size_ = n]);
-    return data_.get();
-  }
-
- private:
-  std::unique_ptr<T[]> data_;
-  int64_t size_ = 0;
-};
 
 // A thread's scratch.
 struct Scratch {

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
-#include <memory>
 #include <vector>
 
 #include "common.h"
@@ -33,13 +32,10 @@ const kreg_param_desc* const kParams[] = {&kSimdParam};
 // 4k of them (rounded up to 64) of this many elements each.
 constexpr int64_t kSeedStripes = 64;
 
-// A thread's scratch: the block bests and the prefix's survivors (grown,
-// never shrunk: value-initialising them per row cost more than the rest of
-// the seeding).
+// A thread's scratch: the block bests and the prefix's survivors.
 struct Scratch {
-  std::unique_ptr<float[]> best;
-  std::unique_ptr<uint64_t[]> keys;
-  int64_t best_size = 0, keys_size = 0;
+  Buffer<float> best;
+  Buffer<uint64_t> keys;
 };
 
 // Leaves in `heap` the packed keys of the best min(k, end - start) columns
@@ -55,20 +51,19 @@ void SelectRow(const HeapOps& ops, const void* row, bool bf16, bool largest, int
     // more than k: keep the best k. (A heap filled element by element from
     // the row's start takes most of its replacements in such a prefix, each
     // a mispredicted branch or more.)
-    if (s.best_size < blocks) s.best.reset(new float[s.best_size = blocks]);
-    if (s.keys_size < prefix) s.keys.reset(new uint64_t[s.keys_size = prefix]);
-    ops.block_bests(row, bf16, largest, start, blocks, kSeedStripes, s.best.get());
-    uint64_t* ranked = s.keys.get();  // (score, the float's bits): the k-th best score's float
+    float* best = s.best.Get(blocks);
+    uint64_t* keys = s.keys.Get(prefix);
+    ops.block_bests(row, bf16, largest, start, blocks, kSeedStripes, best);
+    uint64_t* ranked = keys;  // (score, the float's bits): the k-th best score's float
     for (int64_t j = 0; j < blocks; ++j) {
       uint32_t bits;
-      std::memcpy(&bits, &s.best[j], 4);
+      std::memcpy(&bits, &best[j], 4);
       ranked[j] = uint64_t{Score(bits, largest)} << 32 | bits;
     }
     std::nth_element(ranked, ranked + (k - 1), ranked + blocks, std::greater<>());
     const uint32_t t_bits = static_cast<uint32_t>(ranked[k - 1]);
     float t;
     std::memcpy(&t, &t_bits, 4);
-    uint64_t* keys = s.keys.get();
     const int64_t survivors = ops.collect(row, bf16, largest, start, start + prefix, t, keys);
     std::nth_element(keys, keys + (k - 1), keys + survivors, std::greater<>());
     heap.assign(keys, keys + k);

@@ -6,6 +6,7 @@
 #define KREG_PLUGINS_TOPK_HEAP_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "kreg/plugin_abi.h"
 
@@ -42,6 +43,22 @@ struct HeapOps {
 
 extern const HeapOps kHeapAvx2;
 extern const HeapOps kHeapAvx512;
+
+// Room for n Ts per thread, grown and never shrunk, never initialised
+// (value-initialising a row's worth of keys per call cost more than the
+// passes over a long row).
+template <typename T>
+class Buffer {
+ public:
+  T* Get(int64_t n) {
+    if (size_ < n) data_.reset(new T[size_ = n]);
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<T[]> data_;
+  int64_t size_ = 0;
+};
 
 // The kernels' `simd` parameter: which set of HeapOps runs. avx2 needs
 // nothing beyond the kernels' own required_isa.
