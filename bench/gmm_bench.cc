@@ -31,6 +31,13 @@
 //                        parsed by the kernel's ParamSpace), else the answer
 //                        of a tuning table (--kreg_lut=PATH or KREG_LUT) when
 //                        it names that kernel, else the default config.
+//   tiled_<micro>        with --micros=LIST (or "all": every choice of the
+//                        tiled kernels' `micro` parameter this CPU runs),
+//                        the tiled kernel once per micro-kernel, the rest
+//                        of its config --<op>_config's or the default (not
+//                        a table's): each micro-kernel against
+//                        the others and oneDNN in one run (one for bf16
+//                        inputs only is skipped on f32, saying so).
 //   <variant>_prepacked  gmm only, where op gmm declares the attribute
 //                        constant_weights: the kernel prepared with
 //                        constant_weights=1 (rhs is constant; the kernel may
@@ -101,6 +108,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "kreg/lut.h"
 #include "kreg/op.h"
 #include "kreg/plugin_abi.h"
@@ -119,6 +127,7 @@ const char* OpName(OpKind op) { return op == OpKind::kGmm ? "gmm" : "tgmm"; }
 struct Settings {
   std::string gmm_config, tgmm_config;  // NAME=VALUE,... for gmm/tiled, tgmm/tiled
   std::string lut_path;
+  std::string micros;  // --micros: "", "all" or avx2,avx512,...
   int threads = 0;
 };
 
@@ -734,6 +743,36 @@ absl::StatusOr<kreg::Config> ParseConfigText(const kreg::Kernel& kernel, const s
   return kernel.ParseConfig(*pairs);
 }
 
+// The `micro` choices --micros names for `kernel` ("all": each this CPU
+// runs); none for a kernel without that parameter or without the flag.
+std::vector<std::string> MicroChoices(const kreg::Kernel& kernel, const std::string& flag) {
+  const int index = kernel.params().Find("micro");
+  if (index < 0 || flag.empty()) return {};
+  const kreg::ParamInfo& param = kernel.params().params()[index];
+  if (flag != "all") return absl::StrSplit(flag, ',', absl::SkipEmpty());
+  std::vector<std::string> out;
+  for (size_t i = 0; i < param.choices.size(); ++i) {
+    if (param.ChoiceAvailable(static_cast<int64_t>(i), kreg::CpuIsa())) out.push_back(param.choices[i]);
+  }
+  return out;
+}
+
+// Sets entry `e`'s config to its own (given or default) with micro=`micro`;
+// an error for a choice this CPU lacks. (A micro-kernel for bf16 inputs
+// only is refused by the kernel when prepared on f32 ones.)
+absl::Status WithMicro(const kreg::Kernel& kernel, const std::string& micro, Entry& e) {
+  if (!e.setup.ok()) return e.setup;
+  kreg::NamedValues pairs = kernel.ConfigPairs(e.config ? *e.config : kernel.DefaultConfig());
+  for (auto& [name, value] : pairs) {
+    if (name == "micro") value = micro;
+  }
+  absl::StatusOr<kreg::Config> config = kernel.ParseConfig(pairs);
+  if (!config.ok()) return config.status();
+  e.config = *config;
+  e.config_source = e.config_source.empty() ? "default, micro given" : absl::StrCat(e.config_source, ", micro given");
+  return absl::OkStatus();
+}
+
 // Removes --NAME=VALUE from argv (before Google Benchmark sees the flags);
 // the last one wins. False (and a message) for --NAME without a value.
 bool TakeFlag(std::vector<char*>& args, const char* name, std::string* value) {
@@ -764,7 +803,8 @@ int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
   std::string threads_text;
   if (!TakeFlag(args, "gmm_config", &settings.gmm_config) || !TakeFlag(args, "tgmm_config", &settings.tgmm_config) ||
-      !TakeFlag(args, "kreg_lut", &settings.lut_path) || !TakeFlag(args, "threads", &threads_text)) {
+      !TakeFlag(args, "kreg_lut", &settings.lut_path) || !TakeFlag(args, "threads", &threads_text) ||
+      !TakeFlag(args, "micros", &settings.micros)) {
     return 1;
   }
   argc = static_cast<int>(args.size());
@@ -871,6 +911,11 @@ int main(int argc, char** argv) {
             }
           }
           add(e, kernel->variant());
+          for (const std::string& micro : MicroChoices(*kernel, settings.micros)) {
+            Entry m = e;
+            m.setup = WithMicro(*kernel, micro, m);
+            add(m, absl::StrCat(kernel->variant(), "_", micro));
+          }
           if (TheOp(op).constant_weights) {
             e.kind = Kind::kPrepacked;
             add(e, kernel->variant() + "_prepacked");

@@ -146,10 +146,36 @@ int64_t Elements(const Problem& p) {
   return n;
 }
 
+// A parameter of at most this many values among the legal configurations
+// is paired with every choice parameter when sampling (see TunerConfigs).
+constexpr size_t kFewValues = 8;
+
+// "micro=avx512 mr=12" for each choice parameter of `kernel` (a
+// micro-kernel, a SIMD width) and each other parameter in `few`, as
+// `config` sets them.
+std::vector<std::string> ChoicePairs(const Kernel& kernel, const Config& config, const std::vector<bool>& few) {
+  const std::vector<ParamInfo>& params = kernel.params().params();
+  const std::vector<std::pair<std::string, std::string>> named = kernel.ConfigPairs(config);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < named.size(); ++i) {
+    if (params[i].kind != KREG_PARAM_CHOICE) continue;
+    for (size_t j = 0; j < named.size(); ++j) {
+      if (j != i && few[j]) {
+        out.push_back(absl::StrCat(named[i].first, "=", named[i].second, " ", named[j].first, "=", named[j].second));
+      }
+    }
+  }
+  return out;
+}
+
 // The configurations the tuner would search on `problem`: the space
 // enumerated on this CPU (lists of up to two values), those the kernel's
 // check accepts, the default first when legal. Beyond `max_configs`, an
-// evenly spaced sample, the first (the default, when legal) always in it.
+// evenly spaced sample, the first (the default, when legal) always in it,
+// then legal configurations added until each choice of a choice parameter
+// has run with each value of every other parameter of few values that a
+// legal configuration pairs it with: a sample still runs every
+// micro-kernel at every register block and tile.
 std::vector<Config> TunerConfigs(const Kernel& kernel, const Problem& problem, size_t max_configs) {
   std::vector<Config> legal;
   // A device kernel's check sees the shapes (its data goes to the device),
@@ -162,6 +188,22 @@ std::vector<Config> TunerConfigs(const Kernel& kernel, const Problem& problem, s
   if (legal.size() <= max_configs) return legal;
   std::vector<Config> sample;
   for (size_t i = 0; i < max_configs; ++i) sample.push_back(legal[i * legal.size() / max_configs]);
+  std::vector<std::set<std::string>> values(kernel.params().size());
+  for (const Config& c : legal) {
+    const std::vector<std::pair<std::string, std::string>> named = kernel.ConfigPairs(c);
+    for (size_t i = 0; i < named.size(); ++i) values[i].insert(named[i].second);
+  }
+  std::vector<bool> few(values.size());
+  for (size_t i = 0; i < values.size(); ++i) few[i] = values[i].size() <= kFewValues;
+  std::set<std::string> covered;
+  for (const Config& c : sample) {
+    for (std::string& pair : ChoicePairs(kernel, c, few)) covered.insert(std::move(pair));
+  }
+  for (const Config& c : legal) {
+    bool adds = false;
+    for (std::string& pair : ChoicePairs(kernel, c, few)) adds |= covered.insert(std::move(pair)).second;
+    if (adds) sample.push_back(c);
+  }
   return sample;
 }
 
@@ -169,6 +211,7 @@ struct Tally {
   int cases = 0;    // problems built and run
   int refused = 0;  // illegal combinations Problem::Make refused
   int runs = 0;     // (problem, configuration) pairs checked
+  std::map<std::string, int> choice_runs;  // "micro=avx512": runs with that choice
 };
 
 // After each configuration's run: the rank (0 outside collectives), the
@@ -229,7 +272,15 @@ void CheckKernel(const Kernel& kernel, const Case& c, Tally& tally, size_t max_c
       Measurement m = MeasureKernel(kernel, config, {problem->get()}, measure);
       EXPECT_EQ(m.status, TrialStatus::kOk)
           << "[" << kernel.ConfigString(config) << "] " << TrialStatusName(m.status) << ": " << m.error;
-      if (first) ++tally.runs;
+      if (first) {
+        ++tally.runs;
+        const std::vector<std::pair<std::string, std::string>> named = kernel.ConfigPairs(config);
+        for (size_t i = 0; i < named.size(); ++i) {
+          if (kernel.params().params()[i].kind == KREG_PARAM_CHOICE) {
+            ++tally.choice_runs[absl::StrCat(named[i].first, "=", named[i].second)];
+          }
+        }
+      }
       if (inspect) inspect(comm != nullptr ? comm->rank() : 0, index, **problem);
       ++index;
     }
@@ -1165,8 +1216,19 @@ TEST_P(GroupedMatmulTest, ChosenPartitionsOffsetsAndLayouts) {
     }
     EXPECT_EQ(tally.refused, 0) << shape.name;
     EXPECT_GT(tally.runs, 0) << shape.name;
+    // Every choice this CPU runs (each micro-kernel) ran on every shape.
+    std::vector<std::string> choices;
+    for (const ParamInfo& p : kernel_->params().params()) {
+      for (size_t i = 0; i < p.choices.size(); ++i) {
+        if (!p.ChoiceAvailable(static_cast<int64_t>(i), CpuIsa())) continue;
+        const std::string choice = absl::StrCat(p.name, "=", p.choices[i]);
+        EXPECT_GT(tally.choice_runs[choice], 0) << shape.name << ": no run with " << choice;
+        choices.push_back(absl::StrCat(choice, " ", tally.choice_runs[choice]));
+      }
+    }
     std::cout << kernel_->name() << " " << shape.name << ": " << tally.cases << " cases, " << tally.runs
-              << " checked runs" << (HasFailure() ? " (FAILED)" : "") << "\n";
+              << " checked runs" << (choices.empty() ? "" : absl::StrCat(" (", absl::StrJoin(choices, ", "), ")"))
+              << (HasFailure() ? " (FAILED)" : "") << "\n";
     if (HasFailure()) break;
   }
 }

@@ -197,9 +197,6 @@ inline uint32_t BitsF32(const Src& b, int64_t r, int64_t c) {
   return b.bf16 ? static_cast<uint32_t>(static_cast<const uint16_t*>(b.p)[at]) << 16
                 : static_cast<const uint32_t*>(b.p)[at];
 }
-inline uint16_t BitsBf16(const Src& b, int64_t r, int64_t c) {
-  return static_cast<const uint16_t*>(b.p)[b.trans ? c * b.ld + r : r * b.ld + c];
-}
 
 // Reduction [p0, p0 + kc) x columns [c0, c0 + cols) of B into strips of nr
 // columns, zero-padded: f32, strip s element (p, j) at
@@ -207,15 +204,57 @@ inline uint16_t BitsBf16(const Src& b, int64_t r, int64_t c) {
 // s * kcp * nr + (q * nr + j) * 2 + e with kcp = kc rounded up to even.
 void PackB(const Src& b, int64_t p0, int64_t kc, int64_t c0, int64_t cols, int nr, bool pairs, void* dst) {
   const int64_t strips = (cols + nr - 1) / nr;
+  // Rows of B are contiguous unless transposed: row by row (a page each
+  // when n is large), the rows ahead prefetched.
+  constexpr int64_t kAhead = 4;
+  const int64_t elem = b.bf16 ? 2 : 4;
+  auto prefetch_row = [&](int64_t p) {
+    if (p >= kc) return;
+    const char* ahead = static_cast<const char*>(b.p) + ((p0 + p) * b.ld + c0) * elem;
+    for (int64_t off = 0; off < cols * elem; off += 64) __builtin_prefetch(ahead + off);
+  };
   if (pairs) {
     const int64_t kcp = kc + kc % 2;
+    const uint16_t* src = static_cast<const uint16_t*>(b.p);
     uint16_t* d = static_cast<uint16_t*>(dst);
+    if (!b.trans) {
+      // Two rows at a time, interleaved (the pad row past an odd kc is 0).
+      for (int64_t p = 0; p < kcp; p += 2) {
+        prefetch_row(p + kAhead);
+        prefetch_row(p + kAhead + 1);
+        const uint16_t* r0 = src + (p0 + p) * b.ld + c0;
+        const uint16_t* r1 = p + 1 < kc ? r0 + b.ld : nullptr;
+        for (int64_t s = 0; s < strips; ++s) {
+          uint16_t* __restrict out = d + s * kcp * nr + p * nr;
+          const uint16_t* __restrict x = r0 + s * nr;
+          const int64_t width = std::min<int64_t>(nr, cols - s * nr);
+          if (r1 != nullptr) {
+            const uint16_t* __restrict y = r1 + s * nr;
+            for (int64_t j = 0; j < width; ++j) {
+              out[2 * j] = x[j];
+              out[2 * j + 1] = y[j];
+            }
+          } else {
+            for (int64_t j = 0; j < width; ++j) {
+              out[2 * j] = x[j];
+              out[2 * j + 1] = 0;
+            }
+          }
+          std::fill(out + 2 * width, out + 2 * nr, uint16_t{0});
+        }
+      }
+      return;
+    }
+    // Transposed: column c of B is a contiguous row of the source, so each
+    // pair is two adjacent elements there.
     for (int64_t s = 0; s < strips; ++s) {
-      for (int64_t p = 0; p < kcp; ++p) {
-        uint16_t* out = d + s * kcp * nr + (p / 2) * nr * 2 + p % 2;
-        for (int64_t j = 0; j < nr; ++j) {
-          const int64_t c = s * nr + j;
-          out[2 * j] = c < cols && p < kc ? BitsBf16(b, p0 + p, c0 + c) : 0;
+      for (int64_t j = 0; j < nr; ++j) {
+        const int64_t c = s * nr + j;
+        uint16_t* out = d + s * kcp * nr + 2 * j;
+        const uint16_t* col = src + (c0 + c) * b.ld + p0;
+        for (int64_t p = 0; p < kcp; p += 2) {
+          out[p * nr] = c < cols ? col[p] : 0;
+          out[p * nr + 1] = c < cols && p + 1 < kc ? col[p + 1] : 0;
         }
       }
     }
@@ -223,15 +262,8 @@ void PackB(const Src& b, int64_t p0, int64_t kc, int64_t c0, int64_t cols, int n
   }
   uint32_t* d = static_cast<uint32_t*>(dst);
   if (!b.trans) {
-    // Rows of B are contiguous: row by row (a page each when n is large),
-    // the rows ahead prefetched.
-    constexpr int64_t kAhead = 4;
-    const int64_t elem = b.bf16 ? 2 : 4;
     for (int64_t p = 0; p < kc; ++p) {
-      if (p + kAhead < kc) {
-        const char* ahead = static_cast<const char*>(b.p) + ((p0 + p + kAhead) * b.ld + c0) * elem;
-        for (int64_t off = 0; off < cols * elem; off += 64) __builtin_prefetch(ahead + off);
-      }
+      prefetch_row(p + kAhead);
       for (int64_t s = 0; s < strips; ++s) {
         uint32_t* __restrict out = d + s * kc * nr + p * nr;
         const int64_t width = std::min<int64_t>(nr, cols - s * nr);
