@@ -119,6 +119,9 @@ std::string ChoicesNotRun(const Kernel& kernel) {
 struct Case {
   NamedValues values;
   ProblemOptions options;
+  // When given: only these configurations (each a kernel's overrides of its
+  // default, kept where the kernel accepts it), not the tuner's.
+  std::vector<NamedValues> configs;
   std::string Describe() const {
     std::vector<std::string> parts = {absl::StrJoin(values, ",", absl::PairFormatter("="))};
     for (const auto& [name, dtype] : options.dtypes) parts.push_back(absl::StrCat(name, ":", DTypeName(dtype)));
@@ -258,8 +261,18 @@ void CheckKernel(const Kernel& kernel, const Case& c, Tally& tally, size_t max_c
     const size_t most = max_configs != 0                           ? max_configs
                         : Elements(**problem) <= kSmallProblem ? SIZE_MAX
                                                                : kLargeProblemConfigs;
+    std::vector<Config> configs;
+    if (c.configs.empty()) {
+      configs = TunerConfigs(kernel, **problem, most);
+    } else {
+      for (const NamedValues& overrides : c.configs) {
+        absl::StatusOr<Config> config = kernel.ParseConfig(overrides);
+        EXPECT_TRUE(config.ok()) << config.status();
+        if (config.ok() && kernel.Check(*config, *(*problem)->args()).ok()) configs.push_back(*std::move(config));
+      }
+    }
     size_t index = 0;
-    for (const Config& config : TunerConfigs(kernel, **problem, most)) {
+    for (const Config& config : configs) {
       MeasureOptions measure;
       measure.warmup = 0;
       measure.reps = 1;
@@ -1231,6 +1244,46 @@ TEST_P(GroupedMatmulTest, ChosenPartitionsOffsetsAndLayouts) {
               << (HasFailure() ? " (FAILED)" : "") << "\n";
     if (HasFailure()) break;
   }
+}
+
+// An f32 output of just over 64 MiB (gmm/tiled and tgmm/tiled write one
+// past that around the cache, with non-temporal stores): f32 and bf16
+// inputs, the default configuration with each micro-kernel this CPU runs;
+// existing_out (which is read, so not streamed) too.
+TEST_P(GroupedMatmulTest, OutputsLargerThanTheCache) {
+  const int64_t out_bytes = (int64_t{64} << 20) + 1;
+  const bool gmm = kernel_->op() == "gmm";
+  std::vector<NamedValues> configs;  // each micro-kernel, else the default
+  for (const ParamInfo& p : kernel_->params().params()) {
+    if (p.name != "micro") continue;
+    for (size_t i = 0; i < p.choices.size(); ++i) {
+      if (p.ChoiceAvailable(static_cast<int64_t>(i), CpuIsa())) configs.push_back({{p.name, p.choices[i]}});
+    }
+  }
+  if (configs.empty()) configs.push_back({});
+  constexpr int64_t k = 16, n = 512;
+  // gmm: out [m, n]; tgmm: out [groups, k, n] with 2 rows a group.
+  const int64_t groups = gmm ? 7 : out_bytes / (k * n * 4) + 1;
+  const int64_t m = gmm ? out_bytes / (n * 4) + 1 : 2 * groups;
+  Tally tally;
+  for (DType in : {DType::kF32, DType::kBF16}) {
+    for (bool existing : {false, true}) {
+      if (existing && !gmm) continue;
+      Case c;
+      c.values = {{"m", absl::StrCat(m)}, {"k", absl::StrCat(k)}, {"n", absl::StrCat(n)},
+                  {"groups", absl::StrCat(groups)}};
+      c.options.dtypes["lhs"] = in;
+      if (existing) c.options.with.insert("existing_out");
+      c.options.partition = Partition::kRandom;
+      c.options.seed = 7;
+      c.configs = configs;
+      CheckKernel(*kernel_, c, tally);
+      if (HasFailure()) return;
+    }
+  }
+  EXPECT_EQ(tally.refused, 0);
+  std::cout << kernel_->name() << ": outputs of " << out_bytes / (1 << 20) << " MiB, " << tally.runs
+            << " checked runs\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(GroupedOps, GroupedMatmulTest, ::testing::ValuesIn(GroupedKernels()), TestName);
