@@ -4,6 +4,7 @@
 // 2 * sum(group sizes) * k * n per call (the counter "flops").
 //
 //   build/release/bin/gmm_bench --benchmark_filter='balanced/f32'
+//   build/release/bin/gmm_bench --micros=all --benchmark_filter='bf16'
 //   build/release/bin/gmm_bench --benchmark_repetitions=3
 //       --benchmark_report_aggregates_only=true
 //       --benchmark_out=gmm.json --benchmark_out_format=json
