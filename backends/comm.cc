@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -277,10 +278,19 @@ absl::Status RunRanks(const std::vector<std::unique_ptr<Comm>>& comms,
   std::vector<absl::Status> results(comms.size());
   std::vector<std::thread> threads;
   for (size_t r = 0; r < comms.size(); ++r) {
-    threads.emplace_back([&, r] {
-      results[r] = body(*comms[r]);
-      if (!results[r].ok()) comms[r]->Abort(results[r].message());
-    });
+    try {
+      threads.emplace_back([&, r] {
+        results[r] = body(*comms[r]);
+        if (!results[r].ok()) comms[r]->Abort(results[r].message());
+      });
+    } catch (const std::system_error& e) {
+      // The system refused a thread: the ranks started are told (they would
+      // wait for this one forever) and joined; the refusal is the error.
+      const std::string why = absl::StrCat("cannot start thread rank ", r, " of ", comms.size(), ": ", e.what());
+      comms[0]->Abort(why);
+      for (std::thread& t : threads) t.join();
+      return absl::ResourceExhaustedError(why);
+    }
   }
   for (std::thread& t : threads) t.join();
   // The first failure by rank order that is not merely a consequence of

@@ -124,10 +124,10 @@ TEST(Hardening, OversizedProblemsAreRefusedBeforeAllocating) {
 // 6: --threads is bounded.
 TEST(Hardening, ThreadCountsAreValidated) {
   ExpectError(Kreg("run topk/sort --dims batch=2,n=100,k=3 --threads 100000"), 2,
-              "--threads: must be at most 1024, got 100000");
-  ExpectError(Kreg("run topk/sort --dims batch=2,n=100,k=3 --threads -1"), 2, "--threads: must be at least 0");
+              "--threads: expected 0 (all cores) to 1024, got 100000");
+  ExpectError(Kreg("run topk/sort --dims batch=2,n=100,k=3 --threads -1"), 2, "--threads: expected 0 (all cores) to 1024, got -1");
   ExpectError(Kreg("tune topk --dims batch=2,n=100,k=3 --threads 5000 --db /nonexistent/t.lut"), 2,
-              "--threads: must be at most 1024");
+              "--threads: expected 0 (all cores) to 1024, got 5000");
 }
 
 // 7: a table behind a symbolic link is updated where it lives, and what is
@@ -181,7 +181,7 @@ TEST(Hardening, ContradictoryFlagsAreRefused) {
   ExpectError(Kreg("run topk/sort --input input=" + dir + "/bf16.npy --dtype f32 --dims k=2"), 2,
               "--dtype f32 contradicts input 'input', whose file holds bf16");
   ExpectError(Kreg("tune topk --dims batch=4,n=100,k=3 --budget -1 --db " + dir + "/t.lut"), 2,
-              "--budget: must be at least 0");
+              "--budget: expected 0 to 604800 seconds (a week), got");
   for (const char* list : {"m_schedule=", "m_schedule=,", "m_schedule=5,,8", "m_schedule=5,8,"}) {
     Result r = Kreg(std::string("run topk/blockwise --dims batch=4,n=1000,k=10 --param ") + list);
     EXPECT_EQ(r.code, 2) << list << ": " << r.out;
@@ -205,7 +205,7 @@ TEST(Hardening, FuzzerFindingsStayFixed) {
   EXPECT_THAT(r.out, Not(HasSubstr("runtime error"))) << r.out;
   EXPECT_THAT(r.out, HasSubstr("more elements than a 64-bit count holds")) << r.out;
   ExpectError(Kreg("run sharded_matmul/plain --dims m=64,k=96,n=40 --mesh x=0"), 2,
-              "mesh 'x=0': axis size '0' is not in [1, 4096]");
+              "mesh 'x=0': axis size '0' is not in [1, 65536]");
   std::string text = Kreg("db export " + db).stdout_text;
   const size_t at = text.find("variant: \"sort\"");
   ASSERT_NE(at, std::string::npos) << text;
@@ -236,6 +236,92 @@ TEST(Hardening, AReadOnlyTableIsNotReplaced) {
   struct stat st;
   ASSERT_EQ(stat(db.c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, geteuid());
+}
+
+// ---- Second round (issue 27) ---------------------------------------------------
+
+// 3: a table's numbers are input: a thread count oneTBB cannot make, a
+// negative, NaN or huge median, a parameter outside the variant's space
+// fail the whole load (exit 2) naming the file and the entry, and leave
+// the file as it was.
+TEST(Hardening, ATablesNumbersAreBounded) {
+  const std::string dir = Dir("numbers");
+  const std::string db = Table(dir, "t.txtpb");
+  const std::string good = Bytes(db);
+  struct Edit {
+    std::string field, value, message;  // the first `field: ` line gets `value`
+  };
+  for (const Edit& e : std::vector<Edit>{
+           {"threads", "2147483647", "threads: expected 0 (all cores) to 1024, got 2147483647"},
+           {"median_ns", "-1", "median_ns: expected 0 to 6.048e+14 ns (a week), got -1"},
+           {"median_ns", "nan", "median_ns: expected 0 to 6.048e+14 ns (a week), got nan"},
+           {"median_ns", "1e308", "median_ns: expected 0 to 6.048e+14 ns (a week), got 1e+308"},
+           {"reps", "-5", "reps: expected 0 to 1000000, got -5"},
+           {"choice", "\"bogus\"", "parameter 'method' of topk/sort: 'bogus' is not a choice"},
+       }) {
+    std::string text = good;
+    const size_t at = text.find(e.field + ": ");
+    ASSERT_NE(at, std::string::npos) << e.field << " in " << text;
+    const size_t value = at + e.field.size() + 2;
+    text.replace(value, text.find('\n', value) - value, e.value);
+    Write(db, text);
+    for (const std::string& command : {"query topk --dims batch=2,n=300,k=4 --db " + db,
+                                       "run topk --dims batch=2,n=300,k=4 --reps 2 --db " + db}) {
+      Result r = Kreg(command);
+      ExpectError(r, 2, db + ": entry ");
+      EXPECT_THAT(r.stderr_text, HasSubstr(e.message)) << command;
+      EXPECT_EQ(Bytes(db), text) << command;
+    }
+  }
+}
+
+// 4: thread ranks and meshes are bounded before a thread starts, and a
+// thread the system refuses is an error, not an abort.
+TEST(Hardening, RanksAndMeshesAreBounded) {
+  const std::string dir = Dir("ranks");
+  const char* ranks = "expected 1 to 256 thread ranks (each is a thread of this process), got ";
+  ExpectError(Kreg("run allreduce/ring --dims count=10 --ranks 100000"), 2, std::string("--ranks: ") + ranks + "100000");
+  ExpectError(Kreg("run allreduce/ring --dims count=10 --ranks 4097"), 2, std::string("--ranks: ") + ranks + "4097");
+  ExpectError(Kreg("calibrate --ranks 100000 --db " + dir + "/c.lut"), 2, std::string("--ranks: ") + ranks + "100000");
+  ExpectError(Kreg("run sharded_matmul/plain --dims m=640,k=960,n=40 --mesh 20x20"), 2,
+              std::string("--mesh's size: ") + ranks + "400");
+  ExpectError(Kreg("tune sharded_matmul --dims m=640,k=960,n=40 --mesh 20x20 --db " + dir + "/t.lut"), 2,
+              std::string("--mesh x=20,y=20: ") + ranks + "400");
+  ExpectError(Kreg("tune sharded_matmul --dims m=64,k=96,n=40 --mesh 1000x1000 --db " + dir + "/t.lut"), 2,
+              "mesh '1000x1000': its size: expected 1 to 65536 ranks, got 1000000");
+  ExpectError(Kreg("run sharded_matmul/plain --dims m=64,k=96,n=40 --mesh 65536x65536"), 2,
+              "mesh '65536x65536': its size: expected 1 to 65536 ranks, got 4294967296");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/c.lut"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/t.lut"));
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's shadow memory does not fit under ulimit -v";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "a sanitizer's shadow memory does not fit under ulimit -v";
+#endif
+#endif
+  // Address space for a few thread stacks only: the 256 ranks cannot all start.
+  Result r = RunCommand("ulimit -v 800000;", KREG_BIN,
+                        std::string("--plugin_path=") + KREG_PLUGIN_DIR + " run allreduce/ring --ranks 256 --dims count=10");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.stderr_text, HasSubstr("cannot start thread rank ")) << r.out;
+  EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
+}
+
+// 12: every float flag is finite and in range, or a clear error.
+TEST(Hardening, FloatFlagsAreFiniteAndInRange) {
+  const std::string dir = Dir("floats");
+  const std::string tune = "tune topk --dims batch=2,n=100,k=3 --variants sort --db " + dir + "/t.lut ";
+  const char* week = "seconds (a week), got ";
+  for (const char* v : {"nan", "inf", "-inf", "1e300", "0", "-1"}) {
+    ExpectError(Kreg(tune + "--timeout " + v), 2, "--timeout: expected more than 0 and at most 604800 ");
+    ExpectError(Kreg("run allreduce/ring --dims count=10 --ranks 2 --comm-timeout " + std::string(v)), 2,
+                "--comm-timeout: expected more than 0 and at most 604800 ");
+  }
+  for (const char* v : {"nan", "inf", "1e300", "-1"}) {
+    ExpectError(Kreg(tune + "--budget " + v), 2, std::string("--budget: expected 0 to 604800 ") + week);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/t.lut"));
 }
 
 }  // namespace

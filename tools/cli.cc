@@ -256,10 +256,12 @@ absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry) {
     if (!given.ok()) return given.status();
     db = *std::move(given);
   }
-  return AnsweringLut(flags, registry, std::move(db));
+  return AnsweringLut(flags, registry, std::move(db), flags.db);
 }
 
-absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry, TuningDb db) {
+absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry, TuningDb db,
+                                 absl::string_view given_name) {
+  if (absl::Status s = CheckConfigs(db, registry, given_name); !s.ok()) return s;
   // Asked for a GPU: its record joins the table's, so an untuned GPU finds
   // a tuned one of its SM version.
   if (flags.device == "cuda") {

@@ -107,8 +107,11 @@ absl::StatusOr<TuningDb> LoadTable(const Flags& flags, const std::string& path);
 // loaded). With --device cuda this machine's GPUs' records join the table's
 // (an untuned GPU then finds a tuned one of its SM version).
 absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry);
-// The same over a table read already (`given`; flags.db is not read).
-absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry, TuningDb given);
+// The same over a table read already (`given`, read from file
+// `given_name`; flags.db is not read). Its trials' configurations must lie
+// in their kernels' spaces (CheckConfigs).
+absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry, TuningDb given,
+                                 absl::string_view given_name);
 
 // A problem as the flags describe it: the op, its dims and attributes from
 // `dims` (dims may stay unknown until inputs give them; a collective's ranks

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -29,6 +30,7 @@
 #include "kreg/comm.h"
 #include "kreg/device.h"
 #include "kreg/dispatch.h"
+#include "kreg/limits.h"
 #include "kreg/measure.h"
 #include "kreg/log.h"
 #include "kreg/npy.h"
@@ -399,6 +401,7 @@ absl::Status Run(const Flags& given) {
   } else if (flags.backend != "threads") {
     return absl::InvalidArgumentError(absl::StrCat("--backend '", flags.backend, "': expected threads or mpi"));
   } else if (thread_ranks > 0) {
+    if (absl::Status s = limits::CheckThreadRanks(thread_ranks, "--mesh's size"); !s.ok()) return s;
     comms = ThreadComms(thread_ranks, comm_options);
   } else if (op.collective()) {
     return absl::InvalidArgumentError(absl::StrCat(op.name(), " is a collective op: give --ranks N"));
@@ -707,23 +710,27 @@ int Fail(const std::string& command, absl::string_view message, int code) {
   return code;
 }
 
-// A validator for a number flag: an integer (or any number) of at least
-// `min`, or more than `min` when not `inclusive`.
-CLI::Validator Number(double min, bool integer, bool inclusive = true,
-                       double max = std::numeric_limits<double>::infinity()) {
+// A validator from one of kreg/limits.h's checks: the flag's text as an
+// integer, then checked ("--threads: expected 0 (all cores) to 1024, got 5000").
+CLI::Validator IntWithin(std::function<absl::Status(int64_t)> check) {
   return CLI::Validator(
-      [=](std::string& text) -> std::string {
+      [check](std::string& text) -> std::string {
+        int64_t v = 0;
+        if (!absl::SimpleAtoi(text, &v)) return absl::StrCat("'", text, "' is not an integer");
+        absl::Status s = check(v);
+        return s.ok() ? std::string() : std::string(s.message());
+      },
+      "");
+}
+// The same for a duration in seconds (finite, at most a week; `zero` says
+// whether 0 is allowed).
+CLI::Validator SecondsWithin(limits::Zero zero) {
+  return CLI::Validator(
+      [zero](std::string& text) -> std::string {
         double v = 0;
-        int64_t i = 0;
-        if (integer ? !absl::SimpleAtoi(text, &i) : !absl::SimpleAtod(text, &v)) {
-          return absl::StrCat("'", text, "' is not ", integer ? "an integer" : "a number");
-        }
-        if (integer) v = static_cast<double>(i);
-        if (inclusive ? v < min : v <= min) {
-          return absl::StrCat("must be ", inclusive ? "at least " : "more than ", min, ", got ", text);
-        }
-        if (v > max) return absl::StrCat("must be at most ", max, ", got ", text);
-        return std::string();
+        if (!absl::SimpleAtod(text, &v)) return absl::StrCat("'", text, "' is not a number");
+        absl::Status s = limits::CheckSeconds(v, "", zero);
+        return s.ok() ? std::string() : std::string(s.message());
       },
       "");
 }
@@ -759,28 +766,35 @@ void AddGenerate(CLI::App* c, Flags& f) {
   c->add_option("--partition", f.partition, "group sizes (partition inputs): random, balanced or skewed")
       ->option_text("NAME")
       ->capture_default_str();
-  c->add_option("--seed", f.seed, "random seed")->option_text("N")->capture_default_str()->check(Number(0, true));
+  c->add_option("--seed", f.seed, "random seed")->option_text("N")->capture_default_str()->check(IntWithin([](int64_t v) {
+    return limits::CheckCount(v, "", 0, std::numeric_limits<int64_t>::max());
+  }));
 }
 void AddThreads(CLI::App* c, Flags& f, const std::string& help) {
-  // oneTBB fails outright on absurd counts; 1024 is well past any machine
-  // kreg tunes for (oversubscribing a small one stays possible).
-  c->add_option("--threads", f.threads, help)->option_text("N")->capture_default_str()->check(Number(0, true, true, 1024));
+  c->add_option("--threads", f.threads, help)->option_text("N")->capture_default_str()->check(IntWithin([](int64_t v) {
+    return limits::CheckThreads(v, "");
+  }));
 }
 void AddMeasure(CLI::App* c, Flags& f) {
   c->add_option("--warmup", f.warmup, "untimed runs before timing")
       ->option_text("N")
       ->capture_default_str()
-      ->check(Number(0, true));
+      ->check(IntWithin([](int64_t v) { return limits::CheckReps(v, "", 0); }));
   c->add_option("--reps", f.reps, "timed runs at most (fewer once the median is stable)")
       ->option_text("N")
       ->capture_default_str()
-      ->check(Number(1, true));
-  AddThreads(c, f, "threads per kernel run (0: all cores; at most 1024)");
+      ->check(IntWithin([](int64_t v) { return limits::CheckReps(v, "", 1); }));
+  AddThreads(c, f, absl::StrCat("threads per kernel run (0: all cores; at most ", limits::kMaxThreads, ")"));
+}
+// --ranks: thread ranks of this process.
+void AddRanks(CLI::App* c, Flags& f, const std::string& help) {
+  c->add_option("--ranks", f.ranks, help)->option_text("N")->check(IntWithin([](int64_t v) {
+    return limits::CheckThreadRanks(v, "");
+  }));
 }
 void AddComm(CLI::App* c, Flags& f) {
-  c->add_option("--ranks", f.ranks, "collective ops: run on N ranks, threads of this process")
-      ->option_text("N")
-      ->check(Number(1, true));
+  AddRanks(c, f, absl::StrCat("collective ops: run on N ranks, threads of this process (at most ",
+                              limits::kMaxThreadRanks, ")"));
   c->add_option("--backend", f.backend,
                 "collective ops: threads (ranks are threads of this process) or mpi (this process is one rank "
                 "of the job mpirun started)")
@@ -793,7 +807,7 @@ void AddComm(CLI::App* c, Flags& f) {
                 "collective ops: seconds a rank waits for another before failing")
       ->option_text("SECONDS")
       ->capture_default_str()
-      ->check(Number(0, false, false));
+      ->check(SecondsWithin(limits::Zero::kRefused));
 }
 void AddDataClass(CLI::App* c, Flags& f, const char* what) {
   c->add_option("--data-class,--data_class", f.data_class, what)->option_text("TEXT");
@@ -929,11 +943,11 @@ int Main(int argc, char** argv) {
   tune->add_option("--budget", f.budget, "random and halving: seconds per problem (0: no limit)")
       ->option_text("SECONDS")
       ->capture_default_str()
-      ->check(Number(0, false));
+      ->check(SecondsWithin(limits::Zero::kAllowed));
   tune->add_option("--timeout", f.timeout, "seconds a candidate may take before it is killed")
       ->option_text("SECONDS")
       ->capture_default_str()
-      ->check(Number(0, false, false));
+      ->check(SecondsWithin(limits::Zero::kRefused));
   AddMeasure(tune, f);
   AddComm(tune, f);
   AddDtype(tune, f);
@@ -944,12 +958,12 @@ int Main(int argc, char** argv) {
                    "list parameters (e.g. m_schedule): lists of up to N values at first")
       ->option_text("N")
       ->capture_default_str()
-      ->check(Number(1, true));
+      ->check(IntWithin([](int64_t v) { return limits::CheckCount(v, "", 1, limits::kMaxListLen); }));
   tune->add_option("--list-growth-rounds,--list_growth_rounds", f.list_growth_rounds,
                    "then up to N rounds extending the best lists by one value")
       ->option_text("N")
       ->capture_default_str()
-      ->check(Number(0, true));
+      ->check(IntWithin([](int64_t v) { return limits::CheckCount(v, "", 0, limits::kMaxListGrowthRounds); }));
   tune->add_flag("--no-thread-round,--no_thread_round", f.no_thread_round,
                  "do not measure the leaders again on fewer threads than cores (without --threads they are: "
                  "a kernel faster on fewer threads is chosen with them)");
@@ -990,7 +1004,7 @@ int Main(int argc, char** argv) {
                                         "under mpirun count them)")
       ->option_text("N")
       ->capture_default_str()
-      ->check(Number(1, true));
+      ->check(IntWithin([](int64_t v) { return limits::CheckRanks(v, ""); }));
 
   // calibrate
   CLI::App* calibrate =

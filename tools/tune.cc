@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "kreg/autotune.h"
 #include "kreg/comm.h"
+#include "kreg/limits.h"
 #include "kreg/lut.h"
 #include "kreg/text.h"
 #include "kreg/tuner.h"
@@ -232,13 +233,16 @@ absl::Status Tune(const Flags& flags) {
     if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--mesh: ", parsed.status().message()));
     mesh = *std::move(parsed);
     base.mesh = MeshString(mesh);
-    int size = 1;
+    int size = 1;  // at most limits::kMaxRanks (ParseMesh)
     for (const auto& [axis, n] : mesh) size *= n;
     if (base.ranks > 0 && base.ranks != size) {
       return absl::InvalidArgumentError(absl::StrCat("--ranks ", base.ranks, " but the mesh ", base.mesh, " has ",
                                                      size, " ranks"));
     }
-    if (flags.backend != "mpi") base.ranks = size;
+    if (flags.backend != "mpi") {
+      if (absl::Status s = limits::CheckThreadRanks(size, absl::StrCat("--mesh ", base.mesh)); !s.ok()) return s;
+      base.ranks = size;
+    }
   }
   // Under mpirun (--backend mpi) rank 0 keeps the table and reports. A
   // collective's ranks sweep together, each candidate on all of them; other

@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "kreg/device.h"
 #include "kreg/dispatch.h"
+#include "kreg/limits.h"
 #include "kreg/log.h"
 #include "kreg/lut.h"
 #include "kreg/registry.h"
@@ -82,11 +83,9 @@ py::object JsonToPython(const cli::Json& json) {
   return py::module_::import("json").attr("loads")(cli::Dump(json));
 }
 
-// A thread count as the command line takes it: 0 (all cores) to 1024.
+// A thread count as the command line takes it (kreg/limits.h).
 int Threads(int threads) {
-  if (threads < 0 || threads > 1024) {
-    throw py::value_error(absl::StrCat("threads=", threads, ": expected 0 (all cores) to 1024"));
-  }
+  Check(limits::CheckThreads(threads));
   return threads;
 }
 
@@ -441,7 +440,7 @@ struct PyTuningDb {
         answering->device != flags.device || answering->shipped == flags.no_shipped) {
       answering.reset();
       answering.emplace(Answering{registry, flags.machine, flags.device, !flags.no_shipped,
-                                  Value(cli::AnsweringLut(flags, *registry, db))});
+                                  Value(cli::AnsweringLut(flags, *registry, db, path))});
     }
     return answering->lut;
   }
@@ -546,6 +545,10 @@ py::object Tune(PyRegistry& reg, const std::string& op, const py::object& dims_l
   flags.with = with;
   flags.dist = dist;
   flags.seed = seed;
+  Check(limits::CheckSeconds(budget, "budget", limits::Zero::kAllowed));
+  Check(limits::CheckSeconds(timeout, "timeout", limits::Zero::kRefused));
+  Check(limits::CheckReps(reps, "reps", 1));
+  Check(limits::CheckReps(warmup, "warmup", 0));
   const Strategy parsed = Value(ParseStrategy(strategy));
   TuneRequest base;
   base.op = op;
@@ -722,7 +725,7 @@ PYBIND11_MODULE(_kreg, m) {
       .def(py::init([](const PyRegistry& r, const PyTuningDb* db, const std::string& machine, bool shipped) {
              cli::Flags flags = AnswerFlags(machine, shipped, 0, "", "", "");
              if (CudaDevices().ok()) flags.device = "cuda";  // the GPUs' records, for run(device="cuda")
-             Lut lut = Value(cli::AnsweringLut(flags, *r.registry, db != nullptr ? db->db : TuningDb()));
+             Lut lut = Value(cli::AnsweringLut(flags, *r.registry, db != nullptr ? db->db : TuningDb(), db != nullptr ? db->path : ""));
              PyDispatcher d;
              d.registry = r.registry;
              d.dispatcher.emplace(Value(Dispatcher::Create(*r.registry, std::move(lut))));

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "kreg/limits.h"
 #include "loaded_plugin.h"
 
 namespace kreg {
@@ -491,22 +492,28 @@ absl::StatusOr<Mesh> ParseMesh(absl::string_view text) {
   const bool named = absl::StrContains(text, '=');
   static constexpr const char* kAxisNames[] = {"x", "y", "z", "w"};
   std::vector<std::string> parts = absl::StrSplit(text, named ? ',' : 'x');
-  if (!named && parts.size() > 4) return absl::InvalidArgumentError(absl::StrCat("mesh '", text, "': at most 4 axes"));
+  if (parts.size() > static_cast<size_t>(limits::kMaxMeshAxes)) {
+    return absl::InvalidArgumentError(absl::StrCat("mesh '", text, "': at most ", limits::kMaxMeshAxes, " axes"));
+  }
+  int64_t size = 1;
   for (size_t i = 0; i < parts.size(); ++i) {
     std::string name = named ? "" : kAxisNames[i];
-    absl::string_view size = parts[i];
+    absl::string_view axis_size = parts[i];
     if (named) {
       std::vector<std::string> kv = absl::StrSplit(parts[i], absl::MaxSplits('=', 1));
       if (kv.size() != 2 || !IsIdentifier(kv[0].c_str())) {
         return absl::InvalidArgumentError(absl::StrCat("mesh '", text, "': '", parts[i], "' is not AXIS=SIZE"));
       }
       name = kv[0];
-      size = absl::string_view(parts[i]).substr(kv[0].size() + 1);  // a view of parts[i], not of a copy
+      axis_size = absl::string_view(parts[i]).substr(kv[0].size() + 1);  // a view of parts[i], not of a copy
     }
     int n = 0;
-    if (!absl::SimpleAtoi(size, &n) || n < 1 || n > 4096) {
-      return absl::InvalidArgumentError(absl::StrCat("mesh '", text, "': axis size '", size, "' is not in [1, 4096]"));
+    if (!absl::SimpleAtoi(axis_size, &n) || n < 1 || n > limits::kMaxRanks) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mesh '", text, "': axis size '", axis_size, "' is not in [1, ", limits::kMaxRanks, "]"));
     }
+    size *= n;  // at most kMaxRanks^2 before the check below
+    if (absl::Status s = limits::CheckRanks(size, absl::StrCat("mesh '", text, "': its size")); !s.ok()) return s;
     for (const auto& [existing, unused] : mesh) {
       if (existing == name) return absl::InvalidArgumentError(absl::StrCat("mesh '", text, "': axis ", name, " twice"));
     }

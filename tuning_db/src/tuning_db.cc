@@ -26,6 +26,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "kreg/limits.h"
 #include "kreg/log.h"
 #include "kreg/lut.h"
 #include "kreg/text.h"
@@ -493,7 +494,7 @@ tuning::Config ToProtoConfig(const Kernel& kernel, const Config& config) {
   return out;
 }
 
-absl::StatusOr<Config> FromProtoConfig(const Kernel& kernel, const tuning::Config& config) {
+absl::StatusOr<Config> FromProtoConfig(const Kernel& kernel, const tuning::Config& config, uint32_t isa) {
   const ParamSpace& params = kernel.params();
   std::vector<ParamValue> values(params.size());
   std::vector<bool> seen(params.size());
@@ -529,8 +530,30 @@ absl::StatusOr<Config> FromProtoConfig(const Kernel& kernel, const tuning::Confi
     if (!seen[i]) values[i] = params[i].default_value;
   }
   Config out(std::move(values));
-  if (absl::Status s = params.Validate(out, kernel.name(), CpuIsa()); !s.ok()) return s;
+  if (absl::Status s = params.Validate(out, kernel.name(), isa); !s.ok()) return s;
   return out;
+}
+
+absl::Status CheckConfigs(const TuningDb& db, const Registry& registry, absl::string_view name) {
+  for (int i = 0; i < db.proto().entries_size(); ++i) {
+    const tuning::Entry& e = db.proto().entries(i);
+    auto check = [&](const Trial& t) -> absl::Status {
+      absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry.Get(absl::StrCat(e.key().op(), "/", t.variant()));
+      if (!kernel.ok() || (*kernel)->version() != t.variant_version()) return absl::OkStatus();
+      absl::StatusOr<Config> config = FromProtoConfig(**kernel, t.config(), ~uint32_t{0});
+      if (config.ok()) return absl::OkStatus();
+      return absl::InvalidArgumentError(absl::StrCat(name, ": entry ", i, " (", KeyString(e.key()), "): trial ",
+                                                     t.variant(), " ", ConfigText(t.config()), ": ",
+                                                     config.status().message()));
+    };
+    for (const Trial& t : e.trials()) {
+      if (absl::Status s = check(t); !s.ok()) return s;
+    }
+    for (const Trial& t : e.partial()) {
+      if (absl::Status s = check(t); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string ConfigText(const tuning::Config& config) {
@@ -596,13 +619,62 @@ absl::StatusOr<TuningDb> TuningDb::Parse(absl::string_view bytes, absl::string_v
   // not be, and would make the table unreadable once saved as binary.
   if (first == FileFormat::kText) Sanitize(&db);
   absl::StatusOr<TuningDb> out = Adopt(std::move(db));
-  if (!out.ok()) return absl::DataLossError(absl::StrCat(name, ": ", out.status().message()));
+  if (!out.ok()) return absl::Status(out.status().code(), absl::StrCat(name, ": ", out.status().message()));
   if (unchecked) {
     out->unchecked_ = absl::StrCat(name, ": written by an older kreg (schema 1) without a checksum, so damage to "
                                    "it cannot be detected; it gets one when next saved");
   }
   return out;
 }
+
+namespace {
+
+// The numbers of a table's records within kreg/limits.h's bounds: a hostile
+// or careless value fails the load, naming its record (a 2^31 thread count
+// would crash oneTBB's arena; a -1 median win every query; NaN break every
+// comparison).
+absl::Status CheckNumbers(const tuning::Database& db) {
+  for (const tuning::Machine& m : db.machines()) {
+    if (absl::Status s = limits::CheckCores(m.cores(), absl::StrCat("machine ", m.id(), ": cores")); !s.ok()) return s;
+  }
+  for (const tuning::CommModel& m : db.comm_models()) {
+    const std::string where = absl::StrCat("communicator model ", m.backend(), " @", m.machine_id(), ": ");
+    for (const auto& [value, name] : {std::pair{m.alpha_s(), "alpha_s"}, std::pair{m.beta_s_per_byte(), "beta_s_per_byte"},
+                                      std::pair{m.gamma_s_per_byte(), "gamma_s_per_byte"}}) {
+      if (absl::Status s = limits::CheckFinite(value, absl::StrCat(where, name)); !s.ok()) return s;
+    }
+    if (absl::Status s = limits::CheckRanks(m.ranks(), absl::StrCat(where, "ranks")); !s.ok()) return s;
+  }
+  for (int i = 0; i < db.entries_size(); ++i) {
+    const tuning::Entry& e = db.entries(i);
+    auto check = [&](const Trial& t, absl::string_view which) -> absl::Status {
+      const std::string where =
+          absl::StrCat("entry ", i, " (", KeyString(e.key()), "): ", which, " ", t.variant(), " ", ConfigText(t.config()), ": ");
+      absl::Status s = limits::CheckThreads(t.threads(), absl::StrCat(where, "threads"));
+      if (s.ok()) s = limits::CheckNs(t.median_ns(), absl::StrCat(where, "median_ns"));
+      if (s.ok()) s = limits::CheckNs(t.min_ns(), absl::StrCat(where, "min_ns"));
+      if (s.ok()) s = limits::CheckNs(t.max_ns(), absl::StrCat(where, "max_ns"));
+      if (s.ok()) s = limits::CheckFinite(t.relative_iqr(), absl::StrCat(where, "relative_iqr"));
+      if (s.ok()) s = limits::CheckReps(t.reps(), absl::StrCat(where, "reps"), 0);
+      return s;
+    };
+    for (const Trial& t : e.trials()) {
+      if (absl::Status s = check(t, "trial"); !s.ok()) return s;
+    }
+    for (const Trial& t : e.partial()) {
+      if (absl::Status s = check(t, "partial trial"); !s.ok()) return s;
+    }
+    if (e.has_best()) {
+      if (absl::Status s = check(e.best(), "best"); !s.ok()) return s;
+    }
+    if (e.has_runner_up()) {
+      if (absl::Status s = check(e.runner_up(), "runner_up"); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<TuningDb> TuningDb::FromProto(tuning::Database database) {
   Sanitize(&database);
@@ -626,6 +698,7 @@ absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database database) {
       return absl::DataLossError(absl::StrCat("entry ", i, " has no op"));
     }
   }
+  if (absl::Status s = CheckNumbers(database); !s.ok()) return s;
   TuningDb out;
   for (tuning::Machine& m : *database.mutable_machines()) out.AddMachine(std::move(m));
   for (const tuning::CommModel& m : database.comm_models()) out.SetCommModel(m);

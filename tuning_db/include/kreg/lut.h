@@ -136,10 +136,10 @@ tuning::Config ToProtoConfig(const Kernel& kernel, const Config& config);
 // The kernel's Config for a stored one. InvalidArgument naming the parameter
 // when a parameter is missing, unknown, given twice or of the wrong kind, or
 // names a choice the kernel does not declare; then the values are checked by
-// the kernel's ParamSpace::Validate on this CPU (values it declares, lists
-// increasing, choices this CPU has, inactive parameters at their defaults).
-// Legality for a shape is the kernel's Check.
-absl::StatusOr<Config> FromProtoConfig(const Kernel& kernel, const tuning::Config& config);
+// the kernel's ParamSpace::Validate on a CPU of `isa` (values it declares,
+// lists increasing, choices that CPU has, inactive parameters at their
+// defaults). Legality for a shape is the kernel's Check.
+absl::StatusOr<Config> FromProtoConfig(const Kernel& kernel, const tuning::Config& config, uint32_t isa = CpuIsa());
 
 // "num_blocks=128 m_schedule=5,8,12 stage2=partial_sort"; "" for none.
 std::string ConfigText(const tuning::Config& config);
@@ -292,6 +292,13 @@ class TuningDb {
   absl::flat_hash_map<std::string, int> entries_;  // key id -> index in entries
   std::vector<EntryIndex> index_;                  // parallel to db_.entries()
 };
+
+// OK if every trial of `db` whose kernel `registry` holds at the trial's
+// version stores a configuration inside that kernel's parameter space (on
+// any CPU: a choice this one lacks is no fault of the table's); else
+// InvalidArgument naming `name` (the file), the entry and the trial. Trials
+// of other versions are stale, not hostile: Lut::Build skips them, warning.
+absl::Status CheckConfigs(const TuningDb& db, const Registry& registry, absl::string_view name);
 
 // ---- Shipped tables -----------------------------------------------------------
 
