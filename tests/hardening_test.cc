@@ -240,6 +240,24 @@ TEST(Hardening, AReadOnlyTableIsNotReplaced) {
 
 // ---- Second round (issue 27) ---------------------------------------------------
 
+// 1: `kreg db plot` runs kreg's own plotter: a kreg/plot.py, numpy.py or
+// matplotlib.py in the current folder or on PYTHONPATH never runs.
+TEST(Hardening, PlotImportsNothingFromTheCurrentFolder) {
+  const std::string dir = Dir("plant");
+  const std::string db = Table(dir, "t.lut");
+  std::filesystem::create_directories(dir + "/kreg");
+  Write(dir + "/kreg/__init__.py", "");
+  for (const std::string module : {"kreg/plot", "numpy", "matplotlib"}) {
+    Write(dir + "/" + module + ".py", "open('" + dir + "/ran', 'a').write('" + module + "\\n')\n");
+  }
+  Result r = RunCommand("cd " + dir + " && PYTHONPATH=" + dir, KREG_BIN,
+                        std::string("--plugin_path=") + KREG_PLUGIN_DIR + " db plot t.lut --out pictures");
+  if (r.code != 0 && r.stderr_text.find("matplotlib") != std::string::npos) GTEST_SKIP() << r.out;
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ran")) << Bytes(dir + "/ran");
+  EXPECT_TRUE(std::filesystem::exists(dir + "/pictures/winners_topk_f32.png")) << r.out;
+}
+
 // 3: a table's numbers are input: a thread count oneTBB cannot make, a
 // negative, NaN or huge median, a parameter outside the variant's space
 // fail the whole load (exit 2) naming the file and the entry, and leave

@@ -381,17 +381,22 @@ absl::StatusOr<int> Plot(const Flags& flags) {
     unlink(json_path);
     return absl::InternalError("db plot: cannot write a temporary file");
   }
-  // The package beside kreg's library: the build tree's python/, or where
-  // it is installed.
-  std::string pythonpath = absl::StrCat(InstallPrefix(), "/python:", InstallPrefix(), "/", KREG_PYTHON_SUBDIR);
-  if (const char* env = std::getenv("PYTHONPATH"); env != nullptr && *env != '\0') absl::StrAppend(&pythonpath, ":", env);
-  std::vector<std::string> args = {KREG_PYTHON_EXECUTABLE, "-m", "kreg.plot", json_path, "--out", flags.out_dir,
-                                   "--name", flags.file_a};
+  // The interpreter kreg was built for, isolated (-I: no current folder,
+  // PYTHONPATH or user site on its path, so nothing planted there runs as
+  // the caller), given kreg's own package beside its library (the build
+  // tree's python/, or where it is installed) before its site packages.
+  const std::string package = absl::StrCat(InstallPrefix(), "/python:", InstallPrefix(), "/", KREG_PYTHON_SUBDIR);
+  static constexpr char kBoot[] =
+      "import runpy, sys\n"
+      "sys.path[:0] = [p for p in sys.argv[1].split(':') if p]\n"
+      "sys.argv = ['kreg.plot'] + sys.argv[2:]\n"
+      "runpy.run_module('kreg.plot', run_name='__main__', alter_sys=True)\n";
+  std::vector<std::string> args = {KREG_PYTHON_EXECUTABLE, "-I", "-c", kBoot, package, json_path, "--out",
+                                   flags.out_dir, "--name", flags.file_a};
   if (!flags.key_filter.empty()) args.insert(args.end(), {"--key", flags.key_filter});
   std::cout << std::flush;
   const pid_t pid = fork();
   if (pid == 0) {
-    setenv("PYTHONPATH", pythonpath.c_str(), 1);
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
