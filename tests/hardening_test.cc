@@ -258,6 +258,43 @@ TEST(Hardening, PlotImportsNothingFromTheCurrentFolder) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/pictures/winners_topk_f32.png")) << r.out;
 }
 
+// 2: in a sticky world-writable folder, a link planted by another user is
+// not followed (Linux's protected_symlinks, applied by kreg itself): neither
+// the table nor its lock is created where it points. Your own link to your
+// own table still works and stays a link.
+TEST(Hardening, APlantedLinkInASharedFolderIsNotFollowed) {
+  const std::string shared = Dir("shared");
+  std::filesystem::permissions(shared, std::filesystem::perms(01777));
+  const std::string home = Dir("home");
+  const std::string tune = "tune topk --dims batch=2,n=300,k=4 --variants sort --reps 2 --db ";
+  // Your own link: written through, kept a link.
+  std::filesystem::create_symlink(home + "/mine.lut", shared + "/mine.lut");
+  Result r = Kreg(tune + shared + "/mine.lut");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::is_symlink(shared + "/mine.lut"));
+  EXPECT_TRUE(std::filesystem::exists(home + "/mine.lut"));
+  if (geteuid() != 0) GTEST_SKIP() << "planting another user's link needs root";
+  // Links made by user nobody: to the table, and to where a lock would go.
+  Result planted = RunCommand("setpriv --reuid=65534 --regid=65534 --clear-groups", "ln",
+                              "-s " + home + "/t.lut " + shared + "/t.lut && setpriv --reuid=65534 --regid=65534 "
+                              "--clear-groups ln -s " + home + "/lock " + shared + "/u.lut.lock");
+  ASSERT_EQ(planted.code, 0) << planted.out;
+  for (const std::string& command : {tune + shared + "/t.lut", "query topk --dims batch=2,n=300,k=4 --db " + shared +
+                                                                    "/t.lut"}) {
+    r = Kreg(command);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_THAT(r.stderr_text, HasSubstr(shared + "/t.lut: a symbolic link of user 65534 in the shared folder"));
+    EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
+  }
+  EXPECT_FALSE(std::filesystem::exists(home + "/t.lut"));
+  EXPECT_FALSE(std::filesystem::exists(home + "/t.lut.lock"));
+  r = Kreg(tune + shared + "/u.lut");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.stderr_text, HasSubstr(shared + "/u.lut.lock: the lock file is a symbolic link: not followed"));
+  EXPECT_FALSE(std::filesystem::exists(home + "/lock"));
+  EXPECT_FALSE(std::filesystem::exists(shared + "/u.lut"));
+}
+
 // 3: a table's numbers are input: a thread count oneTBB cannot make, a
 // negative, NaN or huge median, a parameter outside the variant's space
 // fail the whole load (exit 2) naming the file and the entry, and leave

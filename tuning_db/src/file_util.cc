@@ -47,6 +47,18 @@ absl::StatusOr<std::string> ResolvePath(const std::string& path) {
     }
     if (S_ISREG(st.st_mode)) return p;
     if (!S_ISLNK(st.st_mode)) return NotRegular(p);
+    // Linux's protected_symlinks rule, applied whatever fs.protected_symlinks
+    // says: in a sticky world-writable folder (/tmp), a link is followed only
+    // if it is this user's or the folder owner's; anyone could have planted
+    // it to make kreg create or replace a file where it points.
+    struct stat dir;
+    const std::string folder = Split(p).first;
+    if (stat(folder.c_str(), &dir) == 0 && (dir.st_mode & S_ISVTX) != 0 && (dir.st_mode & S_IWOTH) != 0 &&
+        st.st_uid != geteuid() && st.st_uid != dir.st_uid) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          p, ": a symbolic link of user ", st.st_uid, " in the shared folder ", folder,
+          " (sticky, world-writable), neither yours nor the folder owner's: not followed"));
+    }
     std::string target(static_cast<size_t>(st.st_size > 0 ? st.st_size : 4096) + 1, '\0');
     const ssize_t n = readlink(p.c_str(), target.data(), target.size());
     if (n < 0) return Errno(errno, "cannot read the link", p);
@@ -147,8 +159,13 @@ void RemoveStaleTemporaries(const std::string& path) {
 absl::StatusOr<FileLock> FileLock::Acquire(const std::string& path) {
   std::string lock_path = path + ".lock";
   // Read-only suffices for flock, so users who may not write a lock file
-  // another made can still take it.
-  int fd = open(lock_path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+  // another made can still take it. Never through a link: one planted there
+  // would make kreg create a file where it points.
+  int fd = open(lock_path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  struct stat st;
+  if (fd < 0 && lstat(lock_path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    return absl::PermissionDeniedError(absl::StrCat(lock_path, ": the lock file is a symbolic link: not followed"));
+  }
   if (fd < 0) return Errno(errno, "cannot open the lock file", lock_path);
   while (flock(fd, LOCK_EX) != 0) {
     if (errno == EINTR) continue;

@@ -17,7 +17,10 @@ namespace kreg::internal {
 // The file `path` names: symbolic links followed to their end (which need
 // not exist yet), so a table reached through a link is locked and replaced
 // where it lives. InvalidArgument for something that exists but is not a
-// regular file (a folder, a FIFO, a device) or a loop of links.
+// regular file (a folder, a FIFO, a device) or a loop of links;
+// PermissionDenied for a link that Linux's protected_symlinks rule would
+// not follow (in a sticky world-writable folder, owned by neither this user
+// nor the folder's owner), whether or not that sysctl is on.
 absl::StatusOr<std::string> ResolvePath(const std::string& path);
 
 // The contents of `path`. NotFound if it does not exist; InvalidArgument if
@@ -38,8 +41,9 @@ absl::Status AtomicWrite(const std::string& path, absl::string_view contents);
 // killed mid-write. REQUIRES: the caller holds `path`'s FileLock.
 void RemoveStaleTemporaries(const std::string& path);
 
-// An exclusive flock(2) on `path + ".lock"` (created if needed), held until
-// destruction. Blocks until the lock is free.
+// An exclusive flock(2) on `path + ".lock"` (created if needed, never
+// through a symbolic link), held until destruction. Blocks until the lock
+// is free.
 class FileLock {
  public:
   static absl::StatusOr<FileLock> Acquire(const std::string& path);

@@ -577,6 +577,8 @@ TuningDb::TuningDb() {
 }
 
 absl::StatusOr<TuningDb> TuningDb::Load(const std::string& path) {
+  // A link planted in a shared folder is not followed for reading either.
+  if (absl::StatusOr<std::string> file = internal::ResolvePath(path); !file.ok()) return file.status();
   absl::StatusOr<std::string> bytes = internal::ReadFile(path);
   if (!bytes.ok()) return bytes.status();
   absl::StatusOr<TuningDb> db = Parse(*bytes, path);
