@@ -240,6 +240,40 @@ TEST(Hardening, AReadOnlyTableIsNotReplaced) {
 
 // ---- Second round (issue 27) ---------------------------------------------------
 
+// 0: a user's own table is not outvoted by the shipped ones. Shipped here:
+// a table (in a folder KREG_TABLE_PATH names) with topk/heap exact on this
+// machine for two shapes; the user's: topk/sort tuned for one of them.
+TEST(Hardening, AUsersTableAnswersBeforeTheShippedOnes) {
+  const std::string dir = Dir("layers");
+  std::filesystem::create_directories(dir + "/shipped");
+  const std::string a = "batch=2,n=300,k=4", b = "batch=64,n=4096,k=16";
+  const std::string shipped = "KREG_TABLE_PATH=" + dir + "/shipped";
+  ASSERT_EQ(Kreg("tune topk --dims " + a + " --dims " + b + " --variants heap --reps 2 --db " + dir +
+                 "/shipped/class.txtpb").code,
+            0);
+  ASSERT_EQ(Kreg("tune topk --dims " + a + " --variants sort --reps 2 --db " + dir + "/mine.lut").code, 0);
+  const std::string mine = " --db " + dir + "/mine.lut";
+  // The user's exact answer, from a sweep of one variant, beats the
+  // shipped exact one; and says which table answered.
+  Result r = RunKreg(KREG_PLUGIN_DIR, "query topk --dims " + a + mine, shipped);
+  EXPECT_THAT(r.stdout_text, HasSubstr("-> topk/sort")) << r.out;
+  EXPECT_THAT(r.stdout_text, HasSubstr("exact from " + a)) << r.out;
+  EXPECT_THAT(r.stdout_text, HasSubstr(", in " + dir + "/mine.lut]")) << r.out;
+  r = RunKreg(KREG_PLUGIN_DIR, "run topk --reps 2 --dims " + a + mine, shipped);
+  EXPECT_THAT(r.stdout_text, HasSubstr("topk/sort")) << r.out;
+  // An exact shipped answer beats the user's nearest.
+  r = RunKreg(KREG_PLUGIN_DIR, "query topk --dims " + b + mine, shipped);
+  EXPECT_THAT(r.stdout_text, HasSubstr("-> topk/heap")) << r.out;
+  EXPECT_THAT(r.stdout_text, HasSubstr("exact from " + b)) << r.out;
+  EXPECT_THAT(r.stdout_text, HasSubstr(", in the shipped tables]")) << r.out;
+  r = RunKreg(KREG_PLUGIN_DIR, "--json query topk --dims " + b + mine, shipped);
+  EXPECT_THAT(r.stdout_text, HasSubstr("\"table\":\"the shipped tables\"")) << r.out;
+  // Without the shipped tables, the user's nearest.
+  r = RunKreg(KREG_PLUGIN_DIR, "query topk --no-shipped --dims " + b + mine, shipped);
+  EXPECT_THAT(r.stdout_text, HasSubstr("-> topk/sort")) << r.out;
+  EXPECT_THAT(r.stdout_text, HasSubstr("nearest from " + a)) << r.out;
+}
+
 // 1: `kreg db plot` runs kreg's own plotter: a kreg/plot.py, numpy.py or
 // matplotlib.py in the current folder or on PYTHONPATH never runs.
 TEST(Hardening, PlotImportsNothingFromTheCurrentFolder) {

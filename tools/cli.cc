@@ -209,6 +209,7 @@ Json AnswerJson(const tuning::ProblemKey& asked, const LutAnswer& answer) {
   out["machine"] = answer.machine != nullptr ? MachineJson(*answer.machine) : Json(nullptr);
   out["why"] = answer.why.empty() ? Json(nullptr) : Str(answer.why);
   out["threads"] = answer.threads;
+  out["table"] = answer.table.empty() ? Json(nullptr) : Str(answer.table);
   return out;
 }
 
@@ -246,6 +247,7 @@ std::string AnswerHow(const LutAnswer& answer, bool detailed) {
   }
   if (answer.threads > 0) absl::StrAppend(&how, ", on ", answer.threads, answer.threads == 1 ? " thread" : " threads");
   if (answer.incomplete) absl::StrAppend(&how, ", incomplete");
+  if (detailed && !answer.table.empty()) absl::StrAppend(&how, ", in ", answer.table);
   return how;
 }
 
@@ -262,37 +264,50 @@ absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry) {
 absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry, TuningDb db,
                                  absl::string_view given_name) {
   if (absl::Status s = CheckConfigs(db, registry, given_name); !s.ok()) return s;
-  // Asked for a GPU: its record joins the table's, so an untuned GPU finds
-  // a tuned one of its SM version.
-  if (flags.device == "cuda") {
-    if (absl::StatusOr<std::vector<GpuInfo>> gpus = CudaDevices(); gpus.ok()) {
-      for (const GpuInfo& g : *gpus) db.AddMachine(MachineOf(g));
-    }
-  }
-  if (!flags.no_shipped) {
-    std::vector<std::string> warnings;
-    TuningDb shipped = ShippedTables(&warnings);
-    for (const std::string& w : warnings) Warn(flags, w);
-    tuning::Database known;  // the entries of loaded ops
-    *known.mutable_machines() = shipped.proto().machines();
-    for (const tuning::Entry& e : shipped.proto().entries()) {
-      if (registry.GetOp(e.key().op()).ok()) *known.add_entries() = e;
-    }
-    known.set_schema_version(kSchemaVersion);
-    absl::StatusOr<TuningDb> adopted = TuningDb::FromProto(std::move(known));
-    if (!adopted.ok()) return adopted.status();
-    db.MergeFrom(*adopted);
-  }
   LutOptions options;
   if (flags.machine == "strict") {
     options.machines = MachinePolicy::kStrict;
   } else if (flags.machine != "similar") {
     return absl::InvalidArgumentError(absl::StrCat("--machine '", flags.machine, "': expected similar or strict"));
   }
-  absl::StatusOr<Lut> lut = Lut::Build(db, registry, options);
-  if (!lut.ok()) return lut.status();
-  for (const std::string& w : lut->warnings()) Warn(flags, w);
-  return lut;
+  // Asked for a GPU: its record joins each table's, so an untuned GPU finds
+  // a tuned one of its SM version.
+  std::vector<tuning::Machine> gpus;
+  if (flags.device == "cuda") {
+    if (absl::StatusOr<std::vector<GpuInfo>> found = CudaDevices(); found.ok()) {
+      for (const GpuInfo& g : *found) gpus.push_back(MachineOf(g));
+    }
+  }
+  auto build = [&](TuningDb table) -> absl::StatusOr<Lut> {
+    for (const tuning::Machine& m : gpus) table.AddMachine(m);
+    absl::StatusOr<Lut> lut = Lut::Build(table, registry, options);
+    if (lut.ok()) {
+      for (const std::string& w : lut->warnings()) Warn(flags, w);
+    }
+    return lut;
+  };
+  const bool given = !given_name.empty() || db.size() > 0;
+  absl::StatusOr<Lut> front = build(std::move(db));
+  if (!front.ok() || flags.no_shipped) return front;
+  // The shipped tables behind the user's, not pooled with it (Lut::Layered):
+  // the user's answers where it has as good a match.
+  std::vector<std::string> warnings;
+  TuningDb shipped = ShippedTables(&warnings);
+  for (const std::string& w : warnings) Warn(flags, w);
+  tuning::Database known;  // the entries of loaded ops
+  *known.mutable_machines() = shipped.proto().machines();
+  for (const tuning::Entry& e : shipped.proto().entries()) {
+    if (registry.GetOp(e.key().op()).ok()) *known.add_entries() = e;
+  }
+  known.set_schema_version(kSchemaVersion);
+  absl::StatusOr<TuningDb> adopted = TuningDb::FromProto(std::move(known));
+  if (!adopted.ok()) return adopted.status();
+  absl::StatusOr<Lut> behind = build(*std::move(adopted));
+  if (!behind.ok()) return behind.status();
+  if (!given) return behind;
+  if (behind->size() == 0) return front;  // nothing shipped (KREG_TABLE_PATH=)
+  return Lut::Layered(*std::move(front), given_name.empty() ? "the given table" : std::string(given_name),
+                      *std::move(behind), "the shipped tables");
 }
 
 // ---- The table's choice ---------------------------------------------------------------

@@ -101,8 +101,9 @@ absl::StatusOr<ProblemOptions> OptionsFromFlags(const Flags& flags);
 absl::StatusOr<TuningDb> LoadTable(const Flags& flags, const std::string& path);
 
 // What query and run OP ask: the --db table (if given) with the shipped
-// tables behind it (unless --no-shipped), resolved against `registry` with
-// --machine's policy; warnings printed. Shipped entries of ops the registry
+// tables behind it (unless --no-shipped; Lut::Layered: the user's table
+// answers unless the shipped ones match better), resolved against
+// `registry` with --machine's policy; warnings printed. Shipped entries of ops the registry
 // does not know are left out silently (their plugins are simply not
 // loaded). With --device cuda this machine's GPUs' records join the table's
 // (an untuned GPU then finds a tuned one of its SM version).
@@ -164,7 +165,8 @@ Json TrialJson(absl::string_view op, const tuning::Trial& trial);
 // A machine record: {"id","model","vendor","arch","uarch","isa","cores"}.
 Json MachineJson(const tuning::Machine& machine);
 // The answer record: {"key","kernel","version","params","match",
-// "incomplete","tuned_dims","distance","median_ns","machine","why"}.
+// "incomplete","tuned_dims","distance","median_ns","machine","why",
+// "threads","table"}.
 Json AnswerJson(const tuning::ProblemKey& asked, const LutAnswer& answer);
 // A kernel in `kreg list --json`: {"kernel","op","variant","version","doc",
 // "isa","available","reference","plugin","default_params","space"}.

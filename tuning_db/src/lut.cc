@@ -768,7 +768,49 @@ Lut& Lut::operator=(Lut&&) noexcept = default;
 Lut::~Lut() = default;
 
 const std::vector<std::string>& Lut::warnings() const { return impl_->warnings; }
-size_t Lut::size() const { return impl_->usable; }
+size_t Lut::size() const { return impl_->usable + (behind_ != nullptr ? behind_->size() : 0); }
+
+Lut Lut::Layered(Lut front, std::string front_name, Lut behind, std::string behind_name) {
+  behind.name_ = std::move(behind_name);
+  front.name_ = std::move(front_name);
+  front.behind_ = std::make_unique<const Lut>(std::move(behind));
+  return front;
+}
+
+namespace {
+
+// Match levels, best first (see Lut::Layered).
+int Level(Match match) {
+  switch (match) {
+    case Match::kExact:
+      return 0;
+    case Match::kNearest:
+      return 1;
+    case Match::kSimilar:
+      return 2;
+    case Match::kModel:
+      return 3;
+    case Match::kDefault:
+      return 4;
+  }
+  return 4;
+}
+
+}  // namespace
+
+absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op, absl::string_view dtype, const Dims& dims,
+                                     absl::string_view machine_id, absl::string_view data_class, int threads) const {
+  absl::StatusOr<LutAnswer> own = QueryOwn(op, dtype, dims, machine_id, data_class, threads);
+  if (behind_ == nullptr || !own.ok()) return own;
+  own->table = name_;
+  if (own->match == Match::kExact) return own;
+  absl::StatusOr<LutAnswer> other = behind_->Query(op, dtype, dims, machine_id, data_class, threads);
+  if (!other.ok()) return own;
+  other->table = behind_->name_;
+  const bool behind_wins = Level(other->match) < Level(own->match) ||
+                           (other->match == Match::kDefault && own->match == Match::kDefault);
+  return behind_wins ? other : own;
+}
 
 absl::string_view MatchName(Match match) {
   switch (match) {
@@ -1132,9 +1174,9 @@ std::string Lut::Impl::WhyDefault(absl::string_view op_name, absl::string_view d
   return why;
 }
 
-absl::StatusOr<LutAnswer> Lut::Query(absl::string_view op_name, absl::string_view dtype,
-                                     const Dims& dims, absl::string_view machine_id,
-                                     absl::string_view data_class, int threads) const {
+absl::StatusOr<LutAnswer> Lut::QueryOwn(absl::string_view op_name, absl::string_view dtype,
+                                        const Dims& dims, absl::string_view machine_id,
+                                        absl::string_view data_class, int threads) const {
   const Impl& impl = *impl_;
   const Impl::OpEntry* op_entry = impl.FindOp(op_name);
   if (op_entry == nullptr) {

@@ -377,6 +377,8 @@ struct LutAnswer {
   // Entries skipped on the way (stale, illegal for this shape, variant
   // missing or unavailable), one line each. Empty on a clean exact hit.
   std::vector<std::string> warnings;
+  // Which table answered, for a layered Lut (Lut::Layered); empty otherwise.
+  absl::string_view table;
 };
 
 class Lut {
@@ -401,6 +403,17 @@ class Lut {
   // asked one), before the op's hand-written default.
   static absl::StatusOr<Lut> Build(const TuningDb& db, const Registry& registry,
                                    const LutOptions& options = {});
+
+  // A user's table in front of the shipped ones: `front` answers (named
+  // `front_name` in LutAnswer::table) unless `behind` (`behind_name`) has an
+  // answer of a better match level: exact, then nearest, similar machine,
+  // model, default. An exact answer beats a nearest one whatever table it
+  // comes from; at one level the user's table answers where it has the
+  // key, even from a sweep of a subset of the variants; behind fills only
+  // what front lacks. At the default level behind answers (its measured
+  // defaults span more machines). The tables are not pooled: front's trials
+  // never compete with behind's. warnings() are front's.
+  static Lut Layered(Lut front, std::string front_name, Lut behind, std::string behind_name);
 
   Lut(Lut&&) noexcept;
   Lut& operator=(Lut&&) noexcept;
@@ -453,13 +466,18 @@ class Lut {
   // the op does not take (an unknown dtype signature or dim), and ops the
   // registry does not know (one line per op).
   const std::vector<std::string>& warnings() const;
-  // Entries that can answer.
+  // Entries that can answer (a layered Lut's: both tables').
   size_t size() const;
 
  private:
   struct Impl;
   explicit Lut(std::unique_ptr<const Impl> impl);
+  absl::StatusOr<LutAnswer> QueryOwn(absl::string_view op, absl::string_view dtype, const Dims& dims,
+                                     absl::string_view machine_id, absl::string_view data_class, int threads) const;
   std::unique_ptr<const Impl> impl_;
+  // Layered: this table's name, and the Lut behind it.
+  std::string name_;
+  std::unique_ptr<const Lut> behind_;
 };
 
 }  // namespace kreg
