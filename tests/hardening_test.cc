@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -395,6 +397,36 @@ TEST(Hardening, RanksAndMeshesAreBounded) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_THAT(r.stderr_text, HasSubstr("cannot start thread rank ")) << r.out;
   EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
+}
+
+// 8: a table's lock held by another process is waited for a bounded time,
+// saying so after a second, and the wait ends on SIGTERM; nothing is written.
+TEST(Hardening, ALockHeldElsewhereIsWaitedForABoundedTime) {
+  const std::string dir = Dir("lock");
+  const std::string db = dir + "/t.lut", other = Table(dir, "other.lut");
+  Write(db + ".lock", "");
+  Result holder = RunCommand("", "flock", "-x " + db + ".lock sleep 60 >/dev/null 2>&1 & echo $!");
+  const pid_t pid = std::stoi(holder.stdout_text);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (const std::string& command :
+       {"tune topk --dims batch=2,n=300,k=4 --variants sort --reps 2 --lock-timeout 1.5 --db " + db,
+        "db merge " + db + " " + other + " --lock-timeout 1.5", "db slim " + other + " " + db + " --lock-timeout 1.5",
+        "calibrate --lock-timeout 1.5 --db " + db}) {
+    const auto start = std::chrono::steady_clock::now();
+    Result r = Kreg(command);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << command;
+    EXPECT_EQ(r.code, 1) << command << ": " << r.out;
+    EXPECT_THAT(r.stderr_text, HasSubstr("waiting for the lock " + db + ".lock")) << command;
+    EXPECT_THAT(r.stderr_text, HasSubstr(db + ".lock: still held by another process after 1.5 s; not written"))
+        << command;
+    EXPECT_FALSE(std::filesystem::exists(db)) << command;
+  }
+  Result r = RunCommand("", "sh", std::string("-c '") + KREG_BIN + " --plugin_path=" + KREG_PLUGIN_DIR + " db merge " +
+                                      db + " " + other + " --lock-timeout 60 2>/dev/null & p=$!; sleep 1.5; kill -TERM "
+                                      "$p; wait $p; echo $?'");
+  EXPECT_EQ(r.stdout_text, "143\n") << r.out;  // ended by the signal, not after 60 s
+  EXPECT_FALSE(std::filesystem::exists(db));
+  kill(pid, SIGKILL);
 }
 
 // 12: every float flag is finite and in range, or a clear error.

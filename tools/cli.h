@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kreg/kreg_tuning.pb.h"
+#include "kreg/limits.h"
 #include "kreg/lut.h"
 #include "kreg/op.h"
 #include "kreg/problem.h"
@@ -75,6 +76,9 @@ struct Flags {
   // Tuning.
   std::string variants, strategy = "halving";
   double budget = 0, timeout = 30;
+  // Writers (tune, calibrate, db merge, db slim): seconds to wait for a
+  // table another process holds locked.
+  double lock_timeout = limits::kDefaultLockTimeoutSeconds;
   int max_list_len = 2, list_growth_rounds = 4;
   bool no_thread_round = false;
 };

@@ -809,6 +809,14 @@ void AddComm(CLI::App* c, Flags& f) {
       ->capture_default_str()
       ->check(SecondsWithin(limits::Zero::kRefused));
 }
+// Writers of a table: how long to wait for another process's lock on it.
+void AddLockTimeout(CLI::App* c, Flags& f) {
+  c->add_option("--lock-timeout,--lock_timeout", f.lock_timeout,
+                "seconds to wait for a table another process is writing (0: not at all)")
+      ->option_text("SECONDS")
+      ->capture_default_str()
+      ->check(SecondsWithin(limits::Zero::kAllowed));
+}
 void AddDataClass(CLI::App* c, Flags& f, const char* what) {
   c->add_option("--data-class,--data_class", f.data_class, what)->option_text("TEXT");
 }
@@ -972,6 +980,7 @@ int Main(int argc, char** argv) {
   AddDevice(tune, f,
             "cpu, or cuda: tune the op's CUDA kernels on GPU 0 (timed with CUDA events, the L2 flushed before "
             "each run), keyed under the GPU (its name, SM version, memory and driver) beside the CPU's entries");
+  AddLockTimeout(tune, f);
 
   // query
   CLI::App* query = app.add_subcommand("query", "what a table answers for problems: exact, nearest or default");
@@ -1020,6 +1029,7 @@ int Main(int argc, char** argv) {
              "kreg calibrate --db c.lut\nmpirun -n 2 kreg calibrate --backend mpi --db c.lut"});
   calibrate->add_option("--db", f.db, "the table to record into (created if missing)")->option_text("FILE")->required();
   AddComm(calibrate, f);
+  AddLockTimeout(calibrate, f);
 
   // db
   CLI::App* db = app.add_subcommand("db", "show, export, merge, compare and slim tuning tables");
@@ -1066,6 +1076,7 @@ int Main(int argc, char** argv) {
                     "kreg db merge all.lut machine_a.lut machine_b.lut"});
   merge->add_option("OUT", f.file_a, "the table to write")->required();
   merge->add_option("IN", f.files, "the tables to merge")->required()->expected(1, -1);
+  AddLockTimeout(merge, f);
   CLI::App* diff = db->add_subcommand("diff", "where two tables' winners differ; exit 1 if they do");
   diff->set_help_flag("-h,--help", "print this help");
   help->Set(diff, {"kreg db diff A B",
@@ -1082,6 +1093,7 @@ int Main(int argc, char** argv) {
                    "kreg db slim all.lut tuning_db/tables/amd-epyc-avx2-2c.txtpb"});
   slim->add_option("IN", f.file_a, "the table to read")->required();
   slim->add_option("OUT", f.file_b, "the table to write")->required();
+  AddLockTimeout(slim, f);
 
   // help
   std::vector<std::string> topic;
@@ -1123,6 +1135,7 @@ int Main(int argc, char** argv) {
 
   CLI::App* selected = Selected(&app);
   f.command = CommandName(selected);
+  SetLockWait(f.lock_timeout);
   if (f.verbose > 0) {
     const LogLevel asked = f.verbose > 1 ? LogLevel::kDebug : LogLevel::kInfo;
     if (!LogEnabled(asked)) {

@@ -286,6 +286,10 @@ absl::Status Tune(const Flags& flags) {
   if (db.status().code() == absl::StatusCode::kNotFound) db = TuningDb();  // a new table
   if (db.status().code() == absl::StatusCode::kDataLoss) db = absl::InvalidArgumentError(db.status().message());
   if (db.ok() && !db->unchecked().empty() && reports) Warn(flags, db->unchecked());
+  // The table must be writable before anything is measured.
+  if (db.ok() && reports) {
+    if (absl::Status s = TuningDb::CheckWritable(flags.db); !s.ok()) db = s;
+  }
   if (mpi != nullptr && !db.ok()) mpi->Abort(db.status().message());  // the other ranks wait for rank 0's table
   if (!db.ok()) return db.status();
   if (mpi != nullptr && (*op)->collective()) {
@@ -303,6 +307,7 @@ absl::Status Tune(const Flags& flags) {
   action.sa_flags = SA_RESETHAND;  // a second Ctrl-C ends kreg at once (every result is saved already)
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  SetLockWait(flags.lock_timeout, &interrupted);  // a save waiting for the lock stops on them too
 
   const std::string interrupted_message = absl::StrCat(
       "interrupted; every finished measurement is in ", flags.db, "; run the same command again to resume");

@@ -7,10 +7,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "kreg/limits.h"
+#include "kreg/log.h"
+#include "kreg/lut.h"
 
 namespace kreg::internal {
 namespace {
@@ -34,6 +39,10 @@ std::string TempPrefix(const std::string& path) {
 absl::Status NotRegular(const std::string& path) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
 }
+
+// SetLockWait's.
+std::atomic<double> lock_seconds{limits::kDefaultLockTimeoutSeconds};
+std::atomic<const std::atomic<bool>*> lock_cancel{nullptr};
 
 }  // namespace
 
@@ -167,17 +176,49 @@ absl::StatusOr<FileLock> FileLock::Acquire(const std::string& path) {
     return absl::PermissionDeniedError(absl::StrCat(lock_path, ": the lock file is a symbolic link: not followed"));
   }
   if (fd < 0) return Errno(errno, "cannot open the lock file", lock_path);
-  while (flock(fd, LOCK_EX) != 0) {
+  const double timeout = lock_seconds.load();
+  const std::atomic<bool>* cancel = lock_cancel.load();
+  const auto start = std::chrono::steady_clock::now();
+  bool said = false;
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
-    int error = errno;
-    close(fd);
-    return Errno(error, "cannot lock", lock_path);
+    const int error = errno;
+    if (error != EWOULDBLOCK) {
+      close(fd);
+      return Errno(error, "cannot lock", lock_path);
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (cancel != nullptr && cancel->load()) {
+      close(fd);
+      return absl::CancelledError(absl::StrCat("stopped waiting for the lock ", lock_path));
+    }
+    if (waited >= timeout) {
+      close(fd);
+      return absl::DeadlineExceededError(absl::StrCat(lock_path, ": still held by another process after ", timeout,
+                                                      " s; not written (--lock-timeout waits longer)"));
+    }
+    if (!said && waited >= 1) {
+      Log(LogLevel::kWarn, absl::StrCat("waiting for the lock ", lock_path, " (another process is writing the table; at most ",
+                                        timeout, " s)"));
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return FileLock(fd);
 }
+
 
 FileLock::~FileLock() {
   if (fd_ >= 0) close(fd_);  // releases the lock
 }
 
 }  // namespace kreg::internal
+
+namespace kreg {
+
+void SetLockWait(double seconds, const std::atomic<bool>* cancel) {
+  internal::lock_seconds = seconds;
+  internal::lock_cancel = cancel;
+}
+
+}  // namespace kreg

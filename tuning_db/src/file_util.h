@@ -42,8 +42,9 @@ absl::Status AtomicWrite(const std::string& path, absl::string_view contents);
 void RemoveStaleTemporaries(const std::string& path);
 
 // An exclusive flock(2) on `path + ".lock"` (created if needed, never
-// through a symbolic link), held until destruction. Blocks until the lock
-// is free.
+// through a symbolic link), held until destruction. Waits for a lock
+// another holds as SetLockWait (kreg/lut.h) says: a warning after a
+// second, DeadlineExceeded after its time, Cancelled when its flag turns.
 class FileLock {
  public:
   static absl::StatusOr<FileLock> Acquire(const std::string& path);

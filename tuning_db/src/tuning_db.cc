@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include <sched.h>
+#include <unistd.h>
 #include <sys/utsname.h>
 
 #include "absl/container/flat_hash_set.h"
@@ -787,6 +788,24 @@ absl::Status TuningDb::Save(const std::string& path, const SaveOptions& options)
   if (!lock.ok()) return lock.status();
   internal::RemoveStaleTemporaries(*file);
   return internal::AtomicWrite(*file, *bytes);
+}
+
+absl::Status TuningDb::CheckWritable(const std::string& path) {
+  absl::StatusOr<std::string> file = internal::ResolvePath(path);
+  if (!file.ok()) return file.status();
+  const std::filesystem::path parent = std::filesystem::path(*file).parent_path();
+  const std::string folder = parent.empty() ? std::string(".") : parent.string();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(folder, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no folder ", folder));
+  }
+  if (access(file->c_str(), F_OK) == 0 && access(file->c_str(), W_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(*file, ": this user may not write it; not replaced"));
+  }
+  if (access(folder.c_str(), W_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(path, ": this user may not create files in ", folder));
+  }
+  return internal::FileLock::Acquire(*file).status();
 }
 
 absl::Status TuningDb::SaveMerged(const std::string& path) {

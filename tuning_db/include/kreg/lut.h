@@ -34,6 +34,7 @@
 #ifndef KREG_TUNING_DB_LUT_H_
 #define KREG_TUNING_DB_LUT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -162,6 +163,15 @@ struct SaveOptions {
   bool best_per_variant = false;
 };
 
+// How a save waits for a table's lock (TuningDb::Save, SaveMerged: another
+// kreg may be writing the same table), for the whole process like the log
+// level: after a second it says so (a warning naming the lock file), and it
+// gives up with an error naming the file after `seconds`
+// (limits::kDefaultLockTimeoutSeconds unless set; 0: at once when held) or
+// as soon as *cancel turns true (a SIGINT or SIGTERM handler's flag; NULL:
+// none). REQUIRES: seconds within limits::CheckSeconds (zero allowed).
+void SetLockWait(double seconds, const std::atomic<bool>* cancel = nullptr);
+
 class TuningDb {
  public:
   // An empty database of the current schema.
@@ -195,6 +205,12 @@ class TuningDb {
   // database becomes the merged one. A file that exists but cannot be read is
   // an error (DataLoss if corrupt) and is left untouched.
   absl::Status SaveMerged(const std::string& path);
+
+  // Whether a save to `path` could be made now (before a sweep measures
+  // anything): its folder exists (else InvalidArgument), this user may
+  // write the table or create it there (else PermissionDenied), and its
+  // lock can be had (waited for as SetLockWait says, then released).
+  static absl::Status CheckWritable(const std::string& path);
 
   // ---- Recording
   // Adds or replaces (by id) a machine; an empty id is filled in.
