@@ -148,9 +148,13 @@ def tune(op, dims, db, *, registry=None, progress=None, strategy="halving", budg
 
 
 def bf16_to_float32(bits):
-    """NumPy uint16 bf16 bits -> float32 values (exact)."""
+    """NumPy uint16 bf16 bits -> float32 values (exact). Anything but uint16
+    bits (a float32 array, say) is a ValueError, not reinterpreted."""
     import numpy as np
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    bits = np.asarray(bits)
+    if bits.dtype != np.uint16:
+        raise ValueError(f"bf16_to_float32: expected uint16 bf16 bits, got dtype {bits.dtype}")
+    return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 def float32_to_bf16(values):

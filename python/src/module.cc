@@ -13,6 +13,8 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <csignal>
+#include <bit>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -129,6 +131,16 @@ class Borrowed {
 
   DLTensor* dl() { return &dl_; }
   DType dtype() const { return dtype_; }
+  // The bytes its elements span, [first, last); empty for no elements.
+  std::pair<uintptr_t, uintptr_t> Span() const {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(dl_.data) + dl_.byte_offset;
+    int64_t last = 0;
+    for (size_t i = 0; i < shape_.size(); ++i) {
+      if (shape_[i] == 0) return {first, first};
+      last += (shape_[i] - 1) * strides_[i];
+    }
+    return {first, first + static_cast<uintptr_t>(last + 1) * DTypeSize(dtype_)};
+  }
   const std::vector<int64_t>& shape() const { return shape_; }
   const py::object& object() const { return object_; }
 
@@ -143,6 +155,16 @@ class Borrowed {
     has_buffer_ = true;
     const std::string format = buffer_.format != nullptr ? buffer_.format : "B";
     const char code = format.empty() ? 'B' : format.back();  // "<f", "=i", "f"
+    // The byte order: '@', '=' or none is native; '<' little, '>' and '!' big.
+    const char order = format.size() > 1 ? format[0] : '@';
+    const bool little = std::endian::native == std::endian::little;
+    if ((little && (order == '>' || order == '!')) || (!little && order == '<')) {
+      const std::string dtype = py::hasattr(object_, "dtype") ? py::str(object_.attr("dtype")).cast<std::string>()
+                                                              : absl::StrCat("'", format, "'");
+      throw py::value_error(absl::StrCat("'", name, "': its bytes are in ", little ? "big" : "little",
+                                         "-endian order (dtype ", dtype, "), not this machine's; pass "
+                                         "x.astype(x.dtype.newbyteorder('='))"));
+    }
     if (code == 'f' && buffer_.itemsize == 4) {
       dtype_ = DType::kF32;
     } else if ((code == 'i' || code == 'l') && buffer_.itemsize == 4) {
@@ -299,7 +321,21 @@ class Call {
       }
       tensors_[t] = b->dl();
       if (info.is_output()) results_.emplace_back(info.name, b->object());
+      for (size_t h = 0; h < held_.size(); ++h) {
+        // A tensor written may share no byte with another of the call: a
+        // kernel writes it while reading the others, and two outputs over one
+        // buffer garble each other.
+        const auto [first, last] = b->Span();
+        const auto [other_first, other_last] = held_[h]->Span();
+        const bool written = info.is_output() || o.tensors()[held_names_[h]].is_output();
+        if (written && first < last && other_first < other_last && first < other_last && other_first < last) {
+          throw py::value_error(absl::StrCat("'", info.name, "' and '", o.tensors()[held_names_[h]].name,
+                                             "' share memory; an output may not overlap another array of the call: "
+                                             "pass separate arrays"));
+        }
+      }
       held_.push_back(std::move(b));
+      held_names_.push_back(static_cast<int>(t));
     }
     args_.struct_size = sizeof(kreg_args);
     args_.tensors = tensors_.data();
@@ -324,6 +360,7 @@ class Call {
   std::shared_ptr<const Op> op_;
   Values values_;
   std::vector<std::unique_ptr<Borrowed>> held_;
+  std::vector<int> held_names_;  // each held array's tensor index
   std::vector<DLTensor*> tensors_;
   std::vector<std::pair<std::string, py::object>> results_;
   kreg_args args_{};
@@ -534,6 +571,43 @@ class PyObserver : public TuneObserver {
   std::optional<py::error_already_set> error_;
 };
 
+// Ctrl-C during a sweep, which runs without the GIL: Python's own handler
+// would run only at the next progress report, after the candidate in
+// flight, which may take seconds. While the sweep runs, a handler of ours
+// sets its stop flag (the tuner then cuts the candidate short and keeps what
+// was measured); afterwards Python's is put back and the interrupt handed to
+// it (KeyboardInterrupt, or the program's own handler). A SIGINT the
+// program ignores stays ignored.
+class SigintStops {
+ public:
+  explicit SigintStops(std::atomic<bool>* stop) {
+    struct sigaction ours {};
+    ours.sa_handler = [](int) {
+      fired_ = 1;
+      if (stop_ != nullptr) stop_->store(true);
+    };
+    sigemptyset(&ours.sa_mask);
+    if (sigaction(SIGINT, nullptr, &old_) != 0 || old_.sa_handler == SIG_IGN) return;
+    stop_ = stop;
+    fired_ = 0;
+    installed_ = sigaction(SIGINT, &ours, nullptr) == 0;
+  }
+  ~SigintStops() {
+    if (!installed_) return;
+    sigaction(SIGINT, &old_, nullptr);
+    stop_ = nullptr;
+    if (fired_) PyErr_SetInterrupt();  // Python's handler runs at its next check
+  }
+  SigintStops(const SigintStops&) = delete;
+  SigintStops& operator=(const SigintStops&) = delete;
+
+ private:
+  static inline std::atomic<bool>* stop_ = nullptr;
+  static inline volatile sig_atomic_t fired_ = 0;
+  struct sigaction old_ {};
+  bool installed_ = false;
+};
+
 py::object Tune(PyRegistry& reg, const std::string& op, const py::object& dims_list, const std::string& db_path,
                 const std::string& strategy, double budget, int reps, int warmup, const std::vector<std::string>& variants,
                 const std::string& dtype, const std::string& with, const std::string& dist, uint64_t seed, int threads,
@@ -583,6 +657,8 @@ py::object Tune(PyRegistry& reg, const std::string& op, const py::object& dims_l
   absl::StatusOr<TuningDb> db = TuningDb::Load(db_path);
   if (db.status().code() == absl::StatusCode::kNotFound) db = TuningDb();  // a new table
   if (!db.ok()) ThrowFile(db.status());
+  // The table must be writable before anything is measured.
+  if (absl::Status s = TuningDb::CheckWritable(db_path); !s.ok()) ThrowFile(s);
   db->AddMachine(ThisMachine());
 
   py::list results;
@@ -593,9 +669,11 @@ py::object Tune(PyRegistry& reg, const std::string& op, const py::object& dims_l
     PyObserver observer(progress, &stop);
     absl::StatusOr<TuneResult> result;
     {
+      SigintStops sigint(&stop);
       py::gil_scoped_release release;
       result = kreg::Tune(*reg.registry, request, &*db, &observer, &stop);
     }
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C: KeyboardInterrupt
     observer.Rethrow();
     if (!result.ok()) {
       if (result.status().code() == absl::StatusCode::kPermissionDenied ||
