@@ -207,7 +207,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"db_without_command", "db", "kreg db: give one of: show FILE"},
         BadInput{"json_for_db", "db show x.lut --json", "--json does not apply to 'kreg db show'"},
         BadInput{"help_for_nothing", "help frobnicate", "kreg help: no command 'frobnicate'"},
-        BadInput{"huge_dims", "run topk/sort --dims batch=1000000000,n=1000000000,k=1", "more than this machine's", 1},
+        BadInput{"huge_dims", "run topk/sort --dims batch=1000000000,n=1000000000,k=1", "more than this machine's", 2},
         BadInput{"dim_over_limit", "run topk/sort --dims batch=1,n=2147483648,k=1", "n=2147483648 exceeds its limit"},
         BadInput{"attr_out_of_range", "run topk/sort --dims batch=1,n=10,k=1,largest=2", "largest=2 is outside [0, 1]"},
         BadInput{"with_not_optional", "run topk/sort --dims batch=1,n=10,k=1 --with input",

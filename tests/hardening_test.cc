@@ -114,11 +114,19 @@ TEST(Hardening, OversizedProblemsAreRefusedBeforeAllocating) {
   ExpectError(Kreg("run topk/sort --dims batch=1,n=2147483648,k=10 --dtype bf16"), 2,
               "topk: dimension n=2147483648 exceeds its limit 2147483647");
   ExpectError(Kreg("run topk/sort --dims batch=1,n=99999999999,k=10"), 2, "exceeds its limit");
-  ExpectError(Kreg("run topk/sort --dims batch=2000000,n=2000000000,k=10"), 1,
-              "topk: the problem's tensors take 14901161.4 GiB, more than this machine's");
-  const std::string dir = Dir("oversized");
-  ExpectError(Kreg("tune topk --dims batch=2000000,n=2000000000,k=10 --db " + dir + "/t.lut"), 1,
+  ExpectError(Kreg("run topk/sort --dims batch=2000000,n=2000000000,k=10"), 2,
+              "topk: the problem takes 14901161.4 GiB (its tensors, and what its kernels keep per group or row), "
               "more than this machine's");
+  const std::string dir = Dir("oversized");
+  ExpectError(Kreg("tune topk --dims batch=2000000,n=2000000000,k=10 --db " + dir + "/t.lut"), 2,
+              "more than this machine's");
+  // 7 (second round): what kernels keep per group counts too: two billion
+  // empty groups of a 1x1x1 product were ~47 GB of per-group state.
+  for (const char* kernel : {"gmm/tiled", "tgmm/tiled", "gmm/onednn"}) {
+    ExpectError(Kreg(std::string("run ") + kernel + " --dims m=1,k=1,n=1,groups=2147483647"), 2,
+                "the problem takes 528.0 GiB (its tensors, and what its kernels keep per group or row), more than "
+                "this machine's");
+  }
   EXPECT_FALSE(std::filesystem::exists(dir + "/t.lut"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }

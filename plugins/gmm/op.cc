@@ -67,8 +67,13 @@ constexpr kreg_dim_desc kGmmKDim = {
     .struct_size = sizeof(kreg_dim_desc), .name = "k", .doc = "reduction length (columns of lhs)"};
 constexpr kreg_dim_desc kGmmNDim = {.struct_size = sizeof(kreg_dim_desc), .name = "n", .doc = "columns of rhs and out"};
 // groups and group_sizes are the same in both ops (tgmm uses these too).
-constexpr kreg_dim_desc kGroupsDim = {
-    .struct_size = sizeof(kreg_dim_desc), .name = "groups", .doc = "groups (experts): the length of group_sizes"};
+// Each group costs its kernels state beyond the tensors whether or not it
+// holds rows: offsets, a product and its tasks (tgmm/tiled, the most: about
+// 160 bytes a group, measured with a million empty ones).
+constexpr kreg_dim_desc kGroupsDim = {.struct_size = sizeof(kreg_dim_desc),
+                                      .name = "groups",
+                                      .doc = "groups (experts): the length of group_sizes",
+                                      .bytes_per_unit = 256};
 constexpr kreg_dim_desc kGmmLocalGroupsDim = {
     .struct_size = sizeof(kreg_dim_desc),
     .name = "local_groups",

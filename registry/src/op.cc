@@ -157,6 +157,10 @@ absl::StatusOr<std::shared_ptr<const Op>> Op::Read(const kreg_op_desc& d,
         return in(absl::StrCat("dim '", dim->name, "': numerator and denominator must be earlier dims"));
       }
     }
+    if (KREG_HAS_FIELD(dim, kreg_dim_desc, bytes_per_unit)) {
+      if (dim->bytes_per_unit < 0) return in(absl::StrCat("dim '", dim->name, "': bytes_per_unit is negative"));
+      info.bytes_per_unit = dim->bytes_per_unit;
+    }
     info.mesh_axis = KREG_HAS_FIELD(dim, kreg_dim_desc, flags) && (dim->flags & KREG_DIM_MESH_AXIS) != 0;
     if (KREG_HAS_FIELD(dim, kreg_dim_desc, flags) && (dim->flags & KREG_DIM_RANKS) != 0) {
       if (op->ranks_dim_ >= 0) return in("more than one dim is KREG_DIM_RANKS");

@@ -217,8 +217,9 @@ bool BlockWithin(const Tensor& got, const Tensor& want, const Tensor* sizes, con
   return false;
 }
 
-// The bytes of the tensors of a completed problem, each once; an error if
-// they overflow (with the copies a check keeps) or exceed this machine's
+// The bytes of the tensors of a completed problem, each once, and what its
+// kernels keep per unit of a dim (DimInfo::bytes_per_unit); InvalidArgument
+// if they overflow (with the copies a check keeps) or exceed this machine's
 // memory, where allocating would only fail later, or swap.
 absl::StatusOr<size_t> TensorBytes(const Op& op, const Values& values, const TensorTypes& types) {
   const auto& infos = op.tensors();
@@ -234,16 +235,27 @@ absl::StatusOr<size_t> TensorBytes(const Op& op, const Values& values, const Ten
     // at most (the reference's copy).
     const size_t copies = infos[i].role == KREG_ROLE_IN ? 1 : 3;
     if (*bytes > (SIZE_MAX - total) / copies) {
-      return absl::ResourceExhaustedError(absl::StrCat(op.name(), ": the problem's tensors exceed the address space"));
+      return absl::InvalidArgumentError(absl::StrCat(op.name(), ": the problem's tensors exceed the address space"));
     }
     total += *bytes * copies;
     least += *bytes;
   }
+  // What the kernels keep per unit of a dim (per group, say), as the op
+  // declares it.
+  for (size_t i = 0; i < op.dims().size(); ++i) {
+    const size_t per = static_cast<size_t>(op.dims()[i].bytes_per_unit);
+    const size_t units = static_cast<size_t>(std::max<int64_t>(values.dims[i], 0));
+    if (per != 0 && units > (SIZE_MAX - least) / per) {
+      return absl::InvalidArgumentError(absl::StrCat(op.name(), ": the problem's memory exceeds the address space"));
+    }
+    least += per * units;
+  }
   const size_t memory = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGE_SIZE));
   if (least > memory) {
-    return absl::ResourceExhaustedError(absl::StrFormat("%s: the problem's tensors take %.1f GiB, more than this "
-                                                        "machine's %.1f GiB of memory",
-                                                        op.name(), least / 1073741824.0, memory / 1073741824.0));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: the problem takes %.1f GiB (its tensors, and what its "
+                                                      "kernels keep per group or row), more than this machine's "
+                                                      "%.1f GiB of memory",
+                                                      op.name(), least / 1073741824.0, memory / 1073741824.0));
   }
   return least;
 }

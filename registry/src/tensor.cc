@@ -75,7 +75,7 @@ absl::StatusOr<size_t> CheckedBytes(DType dtype, const std::vector<int64_t>& sha
   for (int64_t d : shape) {
     if (d < 0) return absl::InvalidArgumentError("negative dimension");
     if (d != 0 && total > std::numeric_limits<size_t>::max() / 2 / static_cast<size_t>(d)) {
-      return absl::ResourceExhaustedError("tensor size overflows");
+      return absl::InvalidArgumentError("tensor size overflows");
     }
     total *= static_cast<size_t>(d);
   }

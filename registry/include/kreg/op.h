@@ -56,6 +56,7 @@ struct DimInfo {
   int default_dim = -1;  // index of an earlier dim whose value it takes when not given, or -1
   bool mesh_axis = false;  // KREG_DIM_MESH_AXIS: the mesh axis of its name's size
   int numerator = -1, denominator = -1;  // a derived dim: dims[numerator] / dims[denominator]
+  int64_t bytes_per_unit = 0;            // kernels' memory per unit beyond the tensors
 };
 
 // A device mesh: its axes' names and sizes, the first varying slowest

@@ -178,6 +178,11 @@ typedef struct kreg_dim_desc {
    * Both NULL, or both set. */
   const char* numerator;
   const char* denominator;
+  /* Optional: bytes the op's kernels may allocate per unit of this dim
+   * beyond its tensors (per-group offsets, plans, task lists), which the
+   * host counts with the tensors before allocating anything: a million
+   * empty groups cost memory though no tensor grows. 0: none; >= 0. */
+  int64_t bytes_per_unit;
 } kreg_dim_desc;
 /* kreg_dim_desc.flags */
 #define KREG_DIM_RANKS 1u /* the communicator's size: the host sets it (a value
