@@ -884,8 +884,10 @@ int main(int argc, char** argv) {
       // The reference (double sums) would take minutes per call here.
       if (kernel->is_reference()) continue;
       if (!kernel->available()) {
-        std::fprintf(stderr, "gmm_bench: skipping %s: this CPU lacks %s\n", kernel->name().c_str(),
-                     kreg::IsaString(kernel->required_isa()).c_str());
+        std::fprintf(stderr, "gmm_bench: skipping %s: %s\n", kernel->name().c_str(),
+                   kernel->device() != 0
+                       ? "a CUDA kernel (this benchmark times CPU kernels; bench/gpu_peers.py times it on a GPU)"
+                       : ("this CPU lacks " + kreg::IsaString(kernel->required_isa())).c_str());
         continue;
       }
       kernels.push_back(kernel);

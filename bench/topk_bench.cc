@@ -501,8 +501,10 @@ int main(int argc, char** argv) {
     if (kernel->available()) {
       kernels.push_back(kernel);
     } else {
-      std::fprintf(stderr, "topk_bench: skipping %s: this CPU lacks %s\n", kernel->name().c_str(),
-                   kreg::IsaString(kernel->required_isa()).c_str());
+      std::fprintf(stderr, "topk_bench: skipping %s: %s\n", kernel->name().c_str(),
+                   kernel->device() != 0
+                       ? "a CUDA kernel (this benchmark times CPU kernels; bench/gpu_peers.py times it on a GPU)"
+                       : ("this CPU lacks " + kreg::IsaString(kernel->required_isa())).c_str());
     }
   }
 #ifndef KREG_BENCH_HAVE_FAISS

@@ -12,6 +12,8 @@
 #include <iterator>
 #include <thread>
 
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kreg/npy.h"
@@ -451,6 +453,64 @@ TEST(Hardening, FloatFlagsAreFiniteAndInRange) {
     ExpectError(Kreg(tune + "--budget " + v), 2, std::string("--budget: expected 0 to 604800 ") + week);
   }
   EXPECT_FALSE(std::filesystem::exists(dir + "/t.lut"));
+}
+
+// 13: the smaller ones.
+TEST(Hardening, SmallerOnesOfTheSecondRound) {
+  const std::string dir = Dir("smaller");
+  // A single-valued flag given twice keeps the last.
+  Result r = Kreg("--json run topk/sort --dims batch=2,n=100,k=3 --reps 1 --warmup 0 --reps 2");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.stdout_text, HasSubstr("\"reps\":2")) << r.out;
+  // Empty list items and empty lists are errors.
+  ExpectError(Kreg("run topk/sort --dims batch=4,,n=100,k=3"), 2, "--dims: 'batch=4,,n=100,k=3' has an empty item");
+  ExpectError(Kreg("run topk/sort --dims batch=4,n=100,k=3,"), 2, "has an empty item");
+  ExpectError(Kreg("tune topk --dims batch=4,n=100,k=3 --variants sort,,heap --db " + dir + "/t.lut"), 2,
+              "--variants: 'sort,,heap' has an empty item");
+  ExpectError(Kreg("run topk/sort --dims batch=4,n=100,k=3 --dtype ''"), 2, "--dtype: the value is empty");
+  // A dtype asked for a tensor whose dtype is not its own to choose.
+  ExpectError(Kreg("run topk/sort --dims batch=4,n=100,k=3 --dtype values=bf16"), 2,
+              "tensor 'values' has the dtype of 'input' (f32), not bf16");
+  // A table that cannot be written fails before anything is measured.
+  r = Kreg("tune topk --dims batch=4,n=100,k=3 --db /nonexistent/dir/t.lut");
+  ExpectError(r, 2, "/nonexistent/dir/t.lut: no folder /nonexistent/dir");
+  EXPECT_EQ(r.stdout_text, "");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/t.lut"));
+  // Two tables with one candidate measured at the same second, differently:
+  // merged the same whichever comes first, and told apart by db diff.
+  const std::string a = Table(dir, "a.txtpb");
+  std::string text = Bytes(a);
+  const size_t at = text.find("median_ns: ");  // the winner's (its best record, then its trial)
+  ASSERT_NE(at, std::string::npos);
+  const std::string median = text.substr(at, text.find('\n', at) - at);
+  text = absl::StrReplaceAll(text, {{median, "median_ns: " + std::to_string(std::stod(median.substr(11)) / 2)}});
+  Write(dir + "/b.txtpb", text);
+  ASSERT_EQ(Kreg("db merge " + dir + "/ab.txtpb " + a + " " + dir + "/b.txtpb").code, 0);
+  ASSERT_EQ(Kreg("db merge " + dir + "/ba.txtpb " + dir + "/b.txtpb " + a).code, 0);
+  EXPECT_EQ(Kreg("db export " + dir + "/ab.txtpb").stdout_text, Kreg("db export " + dir + "/ba.txtpb").stdout_text);
+  r = Kreg("db diff " + a + " " + dir + "/b.txtpb");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.stdout_text, HasSubstr("measured at the same time as")) << r.out;
+  // db slim X X works in place.
+  const std::string in_place = Table(dir, "slim.txtpb");
+  r = Kreg("db slim " + in_place + " " + in_place);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(Kreg("db show " + in_place).stdout_text, HasSubstr("topk f32 batch=2,n=300,k=4"));
+  // Plot errors name the command.
+  r = Kreg("db plot " + a + " --out /proc/no/such/folder");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.stderr_text, HasSubstr("kreg db plot: ")) << r.out;
+  // Text from a table is escaped in an error or warning line, and the line bounded.
+  text = Bytes(a);
+  const size_t choice = text.find("choice: \"");
+  ASSERT_NE(choice, std::string::npos);
+  text.replace(choice, text.find('\n', choice) - choice, "choice: \"\\033[2J\\n" + std::string(5000, 'x') + "\"");
+  Write(dir + "/evil.txtpb", text);
+  r = Kreg("query topk --dims batch=2,n=300,k=4 --db " + dir + "/evil.txtpb");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.stderr_text.find('\x1b'), std::string::npos) << r.stderr_text;
+  EXPECT_THAT(r.stderr_text, HasSubstr("method=\\x1b[2J; xxx")) << r.stderr_text;
+  for (absl::string_view line : absl::StrSplit(r.stderr_text, '\n')) EXPECT_LE(line.size(), 2200u) << line;
 }
 
 }  // namespace

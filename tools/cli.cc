@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<Registry>> LoadRegistry(const Flags& flags) {
 
 void Warn(const Flags& flags, absl::string_view message) {
   if (!LogEnabled(LogLevel::kWarn)) return;  // KREG_LOG=error
-  std::cerr << "kreg " << flags.command << ": warning: " << ValidUtf8(message) << "\n";
+  std::cerr << "kreg " << flags.command << ": warning: " << OneLine(message) << "\n";
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Pairs(const std::vector<std::string>& items,
@@ -56,7 +56,11 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Pairs(const std
 
 absl::StatusOr<ProblemOptions> OptionsFromFlags(const Flags& flags) {
   ProblemOptions options;
-  for (absl::string_view item : absl::StrSplit(flags.dtype, ',', absl::SkipEmpty())) {
+  absl::StatusOr<std::vector<std::string>> dtypes = SplitList(flags.dtype);
+  if (!dtypes.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype: ", dtypes.status().message()));
+  absl::StatusOr<std::vector<std::string>> with = SplitList(flags.with);
+  if (!with.ok()) return absl::InvalidArgumentError(absl::StrCat("--with: ", with.status().message()));
+  for (absl::string_view item : *dtypes) {
     std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
     if (item.find('=') == absl::string_view::npos) kv = {"", std::string(item)};
     absl::StatusOr<DType> d = ParseDType(kv.second);
@@ -65,7 +69,7 @@ absl::StatusOr<ProblemOptions> OptionsFromFlags(const Flags& flags) {
     }
     options.dtypes[kv.first] = *d;
   }
-  for (absl::string_view name : absl::StrSplit(flags.with, ',', absl::SkipEmpty())) options.with.emplace(name);
+  options.with.insert(with->begin(), with->end());
   absl::StatusOr<Dist> dist = ParseDist(flags.dist);
   if (!dist.ok()) return absl::InvalidArgumentError(absl::StrCat("--dist: ", dist.status().message()));
   options.dist = *dist;

@@ -20,6 +20,7 @@
 #include <CLI/CLI.hpp>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -693,12 +694,6 @@ std::string ExtrasMessage(CLI::App* root, const std::vector<std::string>& extras
 }
 
 // A whole message on one line.
-std::string OneLine(absl::string_view message) {
-  // Newlines join the lines; Printable escapes every other control byte (a
-  // terminal escape, a NUL) and invalid UTF-8, wherever the message came from.
-  return Printable(absl::StrReplaceAll(absl::StripTrailingAsciiWhitespace(message), {{"\n", "; "}}));
-}
-
 // The help page of `app` (not of the command selected under it, as
 // CLI::App::help gives).
 std::string HelpOf(const HelpFormatter& help, const CLI::App* app) {
@@ -735,10 +730,21 @@ CLI::Validator SecondsWithin(limits::Zero zero) {
       "");
 }
 
+// A list flag given must list something: `--dtype ''` is a slip, not the
+// default. (Empty items, "a,,b", are refused where the list is split.)
+CLI::Validator NotBlank() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return absl::StripAsciiWhitespace(text).empty() ? "the value is empty" : std::string();
+      },
+      "");
+}
+
 // Flags more than one command takes.
 CLI::Option* AddDims(CLI::App* c, Flags& f, const char* what) {
   return c->add_option("--dims", f.dims, what)
       ->option_text("NAME=V,...")
+      ->check(NotBlank())
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
@@ -746,11 +752,13 @@ void AddDtype(CLI::App* c, Flags& f) {
   c->add_option("--dtype", f.dtype,
                 "element type of every tensor whose dtype is a choice (f32, bf16, i32), or NAME=TYPE,... per tensor "
                 "(default: each tensor's first)")
-      ->option_text("TYPE");
+      ->option_text("TYPE")
+      ->check(NotBlank());
 }
 void AddWith(CLI::App* c, Flags& f) {
   c->add_option("--with", f.with, "optional inputs to generate at random, comma-separated (e.g. row_ends)")
-      ->option_text("NAME,...");
+      ->option_text("NAME,...")
+      ->check(NotBlank());
 }
 void AddInput(CLI::App* c, Flags& f) {
   c->add_option("--input", f.inputs, "an input read from a .npy file instead of random data; repeatable")
@@ -942,7 +950,8 @@ int Main(int argc, char** argv) {
   AddDims(tune, f, "a problem: the op's dims and attributes; repeatable, one problem each");
   tune->add_option("--db", f.db, "the table to record into (created if missing)")->option_text("FILE")->required();
   tune->add_option("--variants", f.variants, "variants to search (default: every available one but the reference)")
-      ->option_text("V,...");
+      ->option_text("V,...")
+      ->check(NotBlank());
   tune->add_option("--strategy", f.strategy,
                    "exhaustive, random, or halving: everyone measured once, the best quarter kept with four times "
                    "the repetitions, and so on")

@@ -209,7 +209,9 @@ absl::Status Tune(const Flags& flags) {
   base.op = flags.target;
   base.options = *std::move(options);
   base.input_files = *std::move(inputs);
-  base.variants = absl::StrSplit(flags.variants, ',', absl::SkipEmpty());
+  absl::StatusOr<std::vector<std::string>> variants = SplitList(flags.variants);
+  if (!variants.ok()) return absl::InvalidArgumentError(absl::StrCat("--variants: ", variants.status().message()));
+  base.variants = *std::move(variants);
   base.data_class = flags.data_class;  // as given: the table stores it as valid UTF-8
   base.search.strategy = *strategy;
   base.search.reps = flags.reps;
@@ -397,7 +399,7 @@ absl::StatusOr<int> Plot(const Flags& flags) {
       "sys.argv = ['kreg.plot'] + sys.argv[2:]\n"
       "runpy.run_module('kreg.plot', run_name='__main__', alter_sys=True)\n";
   std::vector<std::string> args = {KREG_PYTHON_EXECUTABLE, "-I", "-c", kBoot, package, json_path, "--out",
-                                   flags.out_dir, "--name", flags.file_a};
+                                   flags.out_dir, "--name", flags.file_a, "--prog", "kreg db plot"};
   if (!flags.key_filter.empty()) args.insert(args.end(), {"--key", flags.key_filter});
   std::cout << std::flush;
   const pid_t pid = fork();
@@ -438,7 +440,7 @@ absl::StatusOr<int> Db(const Flags& flags) {
     for (const std::string& in : flags.files) {
       absl::StatusOr<TuningDb> db = LoadTable(flags, in);
       if (!db.ok()) return db.status();
-      merged.MergeFrom(*db);
+      merged.MergeFrom(*db, TuningDb::Ties::kCanonical);  // the same table whatever the order of IN...
     }
     if (absl::Status s = merged.SaveMerged(flags.file_a); !s.ok()) {
       if (s.code() == absl::StatusCode::kDataLoss) return absl::InvalidArgumentError(s.message());

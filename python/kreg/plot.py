@@ -19,11 +19,15 @@ import re
 import sys
 from pathlib import Path
 
+# What errors begin with: "kreg plot", or the command that ran this one
+# (`kreg db plot` passes --prog), so its errors read as its own.
+_PROG = sys.argv[sys.argv.index("--prog") + 1] if "--prog" in sys.argv[:-1] else "kreg plot"
+
 try:
     import matplotlib
 except ImportError:
     if __name__ == "__main__":
-        sys.exit("kreg plot: needs matplotlib (Debian: apt-get install python3-matplotlib; or pip install matplotlib)")
+        sys.exit(f"{_PROG}: needs matplotlib (Debian: apt-get install python3-matplotlib; or pip install matplotlib)")
     raise
 
 matplotlib.use("Agg")
@@ -49,7 +53,7 @@ def _plain_log(axis, lo, hi):
 
 
 class Problem(Exception):
-    """An error reported as one line `kreg plot: ...`."""
+    """An error reported as one line `kreg plot: ...` (or --prog's)."""
 
 
 # ---------------------------------------------------------------- reading
@@ -452,10 +456,11 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="folder for the PNGs (created)")
     parser.add_argument("--key", help="only keys whose label contains this (e.g. 'n=4096')")
     parser.add_argument("--name", help=argparse.SUPPRESS)  # the table's name in messages (kreg db plot's file)
+    parser.add_argument("--prog", default="kreg plot", help=argparse.SUPPRESS)  # what messages begin with
     try:
         args = parser.parse_args(argv)
     except Problem as e:
-        print(f"kreg plot: {e}", file=sys.stderr)
+        print(f"{_PROG}: {e}", file=sys.stderr)
         return 2
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
@@ -468,7 +473,7 @@ def main(argv=None):
         if not paths:
             raise Problem(f"no key in {name} matches {args.key!r}")
     except Exception as e:  # every error as one line, never a traceback
-        print("kreg plot: " + (" ".join(str(e).split()) or type(e).__name__), file=sys.stderr)
+        print(f"{args.prog}: " + (" ".join(str(e).split()) or type(e).__name__), file=sys.stderr)
         return 1
     print("\n".join(paths))
     return 0

@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "kreg/text.h"
 
 namespace kreg {
 namespace {
@@ -83,7 +84,7 @@ void Log(LogLevel level, absl::string_view message) {
     return;
   }
   std::cerr << "kreg: " << (level == LogLevel::kError ? "error: " : level == LogLevel::kWarn ? "warning: " : "")
-            << message << "\n";
+            << OneLine(message) << "\n";
 }
 
 }  // namespace kreg

@@ -40,9 +40,22 @@ alignas(64) unsigned char kNoData[64];
 
 // ---- Named values -----------------------------------------------------------
 
+absl::StatusOr<std::vector<std::string>> SplitList(absl::string_view text) {
+  std::vector<std::string> items;
+  if (absl::StripAsciiWhitespace(text).empty()) return items;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    if (item.empty()) return absl::InvalidArgumentError(absl::StrCat("'", text, "' has an empty item"));
+    items.emplace_back(item);
+  }
+  return items;
+}
+
 absl::StatusOr<NamedValues> ParseNamedValues(absl::string_view text) {
   NamedValues out;
-  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+  absl::StatusOr<std::vector<std::string>> items = SplitList(text);
+  if (!items.ok()) return items.status();
+  for (absl::string_view item : *items) {
     std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
     absl::string_view name = absl::StripAsciiWhitespace(kv.first);
     absl::string_view value = absl::StripAsciiWhitespace(kv.second);
@@ -588,6 +601,12 @@ absl::StatusOr<TensorTypes> Op::ResolveTypes(const std::map<std::string, DType>&
       if (auto g = given.find(t.name); g != given.end() && g->second != *types[i]) {
         return bad(absl::StrCat("input '", t.name, "' holds ", DTypeName(g->second), " but must have the dtype of '",
                                 tensors_[t.same_dtype_as].name, "' (", DTypeName(*types[i]), ")"));
+      }
+      // Its dtype is not its own to choose: one asked for it must be what it gets.
+      if (auto r = requested.find(t.name); r != requested.end() && r->second != *types[i]) {
+        return bad(absl::StrCat("tensor '", t.name, "' has the dtype of '", tensors_[t.same_dtype_as].name, "' (",
+                                DTypeName(*types[i]), "), not ", DTypeName(r->second), ": set that of '",
+                                tensors_[t.same_dtype_as].name, "'"));
       }
     } else if (auto g = given.find(t.name); g != given.end()) {
       if (!(t.dtypes & DTypeBit(g->second))) {

@@ -1,6 +1,9 @@
 #include "kreg/text.h"
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "kreg/limits.h"
 
 namespace kreg {
 namespace {
@@ -75,6 +78,17 @@ std::string Printable(absl::string_view s) {
     i += n == 0 ? 1 : n;
   }
   return out;
+}
+
+std::string OneLine(absl::string_view message) {
+  std::string line = Printable(absl::StrReplaceAll(absl::StripTrailingAsciiWhitespace(message), {{"\n", "; "}}));
+  if (line.size() <= static_cast<size_t>(limits::kMaxLineBytes)) return line;
+  size_t cut = static_cast<size_t>(limits::kMaxLineBytes);
+  while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xc0) == 0x80) --cut;  // not inside a character
+  const size_t left = line.size() - cut;
+  line.resize(cut);
+  absl::StrAppend(&line, "... (", left, " more bytes)");
+  return line;
 }
 
 }  // namespace kreg

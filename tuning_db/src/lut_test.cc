@@ -919,7 +919,7 @@ TEST(Recording, DiffNamesKeysOnlyOnOneSideAndChangedWinners) {
   a.AddTrial(Key(1, 10, 1), Sort("nth_element", 1));
   b.AddTrial(Key(2, 10, 1), Sort("nth_element", 1));
   a.AddTrial(Key(3, 10, 1), Sort("nth_element", 1));
-  b.AddTrial(Key(3, 10, 1), Sort("nth_element", 2));  // slower, same winner
+  b.AddTrial(Key(3, 10, 1), Sort("nth_element", 2, /*measured_at=*/200));  // re-measured slower, same winner
   std::string diff = TuningDb::Diff(a, b);
   EXPECT_THAT(diff, HasSubstr("only in a: topk f32 batch=1,n=10,k=1"));
   EXPECT_THAT(diff, HasSubstr("only in b: topk f32 batch=2,n=10,k=1"));
@@ -927,6 +927,12 @@ TEST(Recording, DiffNamesKeysOnlyOnOneSideAndChangedWinners) {
                               "a=sort v1 method=partial_sort b=sort v1 method=nth_element"));
   EXPECT_EQ(std::count(diff.begin(), diff.end(), '\n'), 3);
   EXPECT_EQ(TuningDb::Diff(a, a), "");
+  // The same winner with other results measured at the same moment: one of
+  // the two is not what happened.
+  b.AddTrial(Key(3, 10, 1), Sort("nth_element", 2, /*measured_at=*/100));
+  diff = TuningDb::Diff(a, b);
+  EXPECT_THAT(diff, HasSubstr("differs: topk f32 batch=3,n=10,k=1 @00000000deadbeef: sort v1 method=nth_element "
+                              "measured at the same time as 1 ns in a, 2 ns in b"));
 }
 
 TEST(Recording, SummaryAndTextName) {

@@ -892,7 +892,7 @@ void TuningDb::PutPartial(int entry, const Trial& trial) {
   if (rank(trial) >= rank(old)) *e.mutable_partial(it->second) = trial;
 }
 
-void TuningDb::PutTrial(int entry, const Trial& trial, bool keep_newer) {
+void TuningDb::PutTrial(int entry, const Trial& trial, bool keep_newer, Ties ties) {
   tuning::Entry& e = *db_.mutable_entries(entry);
   EntryIndex& index = index_[entry];
   std::string id = TrialIdOf(trial);
@@ -903,6 +903,12 @@ void TuningDb::PutTrial(int entry, const Trial& trial, bool keep_newer) {
     index.ids.push_back(std::move(id));
   } else {
     if (keep_newer && e.trials(i).measured_at() > trial.measured_at()) return;
+    // Two measurements of one candidate at the same second, canonically:
+    // the same one whichever came first.
+    if (keep_newer && ties == Ties::kCanonical && e.trials(i).measured_at() == trial.measured_at() &&
+        trial.SerializeAsString() >= e.trials(i).SerializeAsString()) {
+      return;
+    }
     *e.mutable_trials(i) = trial;
     if (i == index.best || i == index.runner_up) {
       RecomputeWinners(entry);  // the replaced trial held a place
@@ -1042,15 +1048,19 @@ const tuning::CommModel* TuningDb::FindCommModel(absl::string_view machine_id, a
   return nullptr;
 }
 
-void TuningDb::MergeFrom(const TuningDb& other) {
+void TuningDb::MergeFrom(const TuningDb& other, Ties ties) {
   for (const tuning::Machine& m : other.db_.machines()) AddMachine(m);
   for (const tuning::CommModel& m : other.db_.comm_models()) SetCommModel(m);
   for (const tuning::Entry& theirs : other.db_.entries()) {
     const int index = FindOrAddEntry(theirs.key());
     tuning::Entry* mine = db_.mutable_entries(index);
-    for (const Trial& t : theirs.trials()) PutTrial(index, t, /*keep_newer=*/true);
+    for (const Trial& t : theirs.trials()) PutTrial(index, t, /*keep_newer=*/true, ties);
     for (const Trial& t : theirs.partial()) PutPartial(index, t);
-    if (theirs.tuned_at() >= mine->tuned_at()) {
+    const auto sweep = [](const tuning::Entry& e) {
+      return std::make_tuple(e.tool_version(), e.strategy(), e.incomplete());
+    };
+    const bool tie_to_theirs = ties == Ties::kIncoming || sweep(theirs) < sweep(*mine);
+    if (theirs.tuned_at() > mine->tuned_at() || (theirs.tuned_at() == mine->tuned_at() && tie_to_theirs)) {
       mine->set_tool_version(theirs.tool_version());
       mine->set_strategy(theirs.strategy());
       mine->set_tuned_at(theirs.tuned_at());
@@ -1080,6 +1090,12 @@ std::string TuningDb::Diff(const TuningDb& a, const TuningDb& b) {
       lines.push_back(absl::StrCat("differs: ", KeyString(ea.key()),
                                    ": a=", ea.has_best() ? WinnerText(ea.best()) : "none",
                                    " b=", eb.has_best() ? WinnerText(eb.best()) : "none"));
+    } else if (ea.has_best() && ea.best().measured_at() == eb.best().measured_at() &&
+               ea.best().SerializeAsString() != eb.best().SerializeAsString()) {
+      // The same winner, two results claiming one moment: they cannot both be true.
+      lines.push_back(absl::StrCat("differs: ", KeyString(ea.key()), ": ", WinnerText(ea.best()),
+                                   " measured at the same time as ", absl::StrFormat("%.0f ns in a, %.0f ns in b",
+                                   ea.best().median_ns(), eb.best().median_ns())));
     }
   }
   for (const tuning::Entry& eb : b.db_.entries()) {

@@ -77,6 +77,10 @@ absl::Status CheckFinite(double value, absl::string_view what);
 inline constexpr int64_t kMaxCores = 65536;
 absl::Status CheckCores(int64_t cores, absl::string_view what = "cores");
 
+// An error or warning line (kreg/text.h's OneLine): a message quoting a
+// plugin's, a table's or a flag's text is cut past this many bytes.
+inline constexpr int64_t kMaxLineBytes = 2048;
+
 // How long a writer waits for a table's lock before giving up, by default
 // (--lock-timeout): long enough for another sweep to save its result.
 inline constexpr double kDefaultLockTimeoutSeconds = 60;

@@ -42,6 +42,9 @@ std::string DimsString(const Dims& dims);
 // NAME=VALUE items ("n=10,alpha=0.5"), values as text.
 using NamedValues = std::vector<std::pair<std::string, std::string>>;
 absl::StatusOr<NamedValues> ParseNamedValues(absl::string_view text);
+// The items of a comma-separated list, trimmed; none for blank text.
+// InvalidArgument for an empty item ("a,,b", "a,").
+absl::StatusOr<std::vector<std::string>> SplitList(absl::string_view text);
 
 // DType <-> KREG_DTYPE_* bit.
 uint32_t DTypeBit(DType dtype);

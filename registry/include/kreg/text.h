@@ -20,6 +20,12 @@ std::string ValidUtf8(absl::string_view s);
 // UTF-8 comes back unchanged.
 std::string Printable(absl::string_view s);
 
+// `message` as one line of an error or warning: its lines joined by "; ",
+// then Printable, and cut to limits::kMaxLineBytes (on a character
+// boundary, saying how much was left out): text from a plugin, a table or a
+// flag can neither break the line, drive the terminal nor flood it.
+std::string OneLine(absl::string_view message);
+
 }  // namespace kreg
 
 #endif  // KREG_REGISTRY_TEXT_H_

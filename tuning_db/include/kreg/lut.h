@@ -247,11 +247,16 @@ class TuningDb {
   int DropStale(const Registry& registry);
 
   // ---- Combining
+  // How MergeFrom settles one candidate (or entry) at the same second in
+  // both: kIncoming, `other`'s (a sweep saving its latest results over the
+  // file's); kCanonical, the same one whichever table comes first (db merge
+  // of separate tables: A then B gives what B then A gives).
+  enum class Ties { kIncoming, kCanonical };
   // Union of machines and entries; per key the union of trials, keeping the
-  // newer measurement (measured_at; a tie goes to `other`) of the same
+  // newer measurement (measured_at; ties as `ties` says) of the same
   // (variant, variant_version, config); best/runner_up recomputed; the
   // entry's tool_version/strategy/tuned_at from whichever was tuned later.
-  void MergeFrom(const TuningDb& other);
+  void MergeFrom(const TuningDb& other, Ties ties = Ties::kIncoming);
   static TuningDb Merge(const TuningDb& a, const TuningDb& b);
   // One line per difference: "only in a: KEY", "only in b: KEY", and
   // "differs: KEY: a=WINNER b=WINNER" where the best variant, version or
@@ -293,8 +298,9 @@ class TuningDb {
   // Index of the entry for `key` (dims in any order), added if missing; or -1.
   int FindOrAddEntry(const tuning::ProblemKey& key);
   int FindEntryIndex(const tuning::ProblemKey& key) const;
-  // Upserts; `keep_newer` keeps an existing trial that was measured later.
-  void PutTrial(int entry, const tuning::Trial& trial, bool keep_newer);
+  // Upserts; `keep_newer` keeps an existing trial that was measured later
+  // (at the same second: as `ties` says).
+  void PutTrial(int entry, const tuning::Trial& trial, bool keep_newer, Ties ties = Ties::kIncoming);
   // Adds or replaces the entry's partial measurement of the same id: the
   // one of more repetitions; on a tie the newer; at the same second, an OK
   // one over a failure (the mark of one in flight under MPI).
