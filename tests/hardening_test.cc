@@ -409,6 +409,37 @@ TEST(Hardening, RanksAndMeshesAreBounded) {
   EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
 }
 
+// 6: a plugin whose constructor or init crashes, or whose init hangs, is
+// named: on a crash by the process's last line, on a hang by a warning after
+// five seconds; and kreg list --check-plugins loads each plugin in a child
+// and names those that crash or hang.
+TEST(Hardening, APluginThatCrashesOrHangsWhileLoadingIsNamed) {
+  const std::string plugins = std::string(KREG_TEST_PLUGIN_DIR);
+  for (const std::string flaw : {"init_crashes", "ctor_crashes"}) {
+    const std::string file = plugins + "/" + flaw + "/test_" + flaw + ".so";
+    for (const std::string command :
+         {"list", "query topk --dims batch=2,n=100,k=3", "run topk/sort --dims batch=2,n=100,k=3"}) {
+      Result r = RunKreg(std::string(KREG_PLUGIN_DIR) + ":" + plugins + "/" + flaw, command);
+      EXPECT_NE(r.code, 0) << r.out;
+      EXPECT_THAT(r.stderr_text, HasSubstr("kreg: plugin " + file + " crashed while loading")) << command;
+    }
+  }
+  const std::string hangs = plugins + "/init_hangs/test_init_hangs.so";
+  Result r = RunCommand("timeout 7", KREG_BIN, "--plugin_path=" + plugins + "/init_hangs list");
+  EXPECT_EQ(r.code, 124) << r.out;
+  EXPECT_THAT(r.stderr_text, HasSubstr("kreg: warning: plugin " + hangs + " has been loading for 5 s")) << r.out;
+  r = RunKreg(std::string(KREG_PLUGIN_DIR) + ":" + plugins + "/init_crashes:" + plugins + "/init_hangs",
+              "list --check-plugins");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.stdout_text, HasSubstr("crashed  " + plugins + "/init_crashes/test_init_crashes.so: signal 11"));
+  EXPECT_THAT(r.stdout_text, HasSubstr("hung     " + hangs + ": still loading after 10 s (killed)"));
+  EXPECT_THAT(r.stdout_text, HasSubstr("kreg_topk.so")) << r.out;
+  EXPECT_THAT(r.stderr_text, HasSubstr("kreg list: 2 plugins crashed or hung while loading"));
+  r = Kreg("list --check-plugins");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.stdout_text, Not(HasSubstr("refused"))) << r.out;
+}
+
 // 8: a table's lock held by another process is waited for a bounded time,
 // saying so after a second, and the wait ends on SIGTERM; nothing is written.
 TEST(Hardening, ALockHeldElsewhereIsWaitedForABoundedTime) {

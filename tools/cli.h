@@ -44,6 +44,7 @@ struct Flags {
   std::string file_a, file_b;       // db: FILE, IN, OUT, A, B
   std::vector<std::string> files;   // db merge: IN...
   bool csv = false;                 // db export: CSV instead of protobuf text
+  bool check_plugins = false;       // list: load each plugin in a child process
   std::string out_dir, key_filter;  // db plot: --out, --key
 
   // The problem.

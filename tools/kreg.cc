@@ -2,7 +2,13 @@
 // defines, one function runs the command, main prints its result or one
 // error line ("kreg COMMAND: message") and returns the exit code: 0 done,
 // 1 failed, 2 bad input.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <csignal>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -267,7 +273,105 @@ absl::Status MachineCmd(const Flags& flags) {
   return absl::OkStatus();
 }
 
+// kreg list --check-plugins: each plugin loaded in a child process of its
+// own (with those that loaded before it, whose ops it may use), so one that
+// crashes or hangs while loading is named rather than taking kreg down.
+absl::Status CheckPlugins(const Flags& flags) {
+  LoadOptions options;
+  if (!flags.plugin_path.empty()) options.plugin_paths.push_back(flags.plugin_path);
+  absl::StatusOr<std::vector<std::string>> files = Registry::PluginFiles(options);
+  if (!files.ok()) {
+    if (files.status().code() == absl::StatusCode::kNotFound) {
+      return absl::InvalidArgumentError(absl::StrCat("--plugin-path: ", files.status().message()));
+    }
+    return files.status();
+  }
+  // One file loaded in a child with `with` before it: {verdict, message}.
+  auto check = [](const std::string& file, const std::vector<std::string>& with)
+      -> absl::StatusOr<std::pair<std::string, std::string>> {
+    int pipe_fds[2];
+    if (pipe(pipe_fds) != 0) return absl::InternalError("check-plugins: cannot make a pipe");
+    std::cout << std::flush;
+    const pid_t pid = fork();
+    if (pid < 0) return absl::InternalError("check-plugins: cannot fork");
+    if (pid == 0) {  // the child: load, say how it went, exit
+      close(pipe_fds[0]);
+      if (int null = open("/dev/null", O_WRONLY); null >= 0) dup2(null, STDERR_FILENO);  // the parent reports
+      std::vector<std::string> paths = with;
+      paths.push_back(file);
+      Registry registry;
+      std::string said = "ok";
+      for (const absl::Status& s : registry.LoadPlugins(paths)) {
+        if (absl::StrContains(s.message(), file)) said = std::string(s.message());
+      }
+      (void)!write(pipe_fds[1], said.data(), said.size());
+      _exit(0);
+    }
+    close(pipe_fds[1]);
+    int status = 0;
+    bool hung = false;
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(2 * limits::kPluginLoadSeconds);
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        hung = true;
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::string said;
+    char buf[4096];
+    for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<size_t>(n));
+    close(pipe_fds[0]);
+    if (hung) {
+      return std::pair{std::string("hung"),
+                       absl::StrCat("still loading after ", 2 * limits::kPluginLoadSeconds, " s (killed)")};
+    }
+    if (WIFSIGNALED(status)) {
+      return std::pair{std::string("crashed"), absl::StrCat("signal ", WTERMSIG(status), " (",
+                                                            strsignal(WTERMSIG(status)), ") while loading")};
+    }
+    return said == "ok" ? std::pair{std::string("ok"), std::string()} : std::pair{std::string("refused"), said};
+  };
+  // Each file with those that loaded before it; a refused one once more with
+  // every one that loaded (the ops it needs may come from a later file).
+  std::vector<std::string> good;
+  std::vector<std::pair<std::string, std::string>> verdicts;
+  for (const std::string& file : *files) {
+    absl::StatusOr<std::pair<std::string, std::string>> v = check(file, good);
+    if (!v.ok()) return v.status();
+    if (v->first == "ok") good.push_back(file);
+    verdicts.push_back(*std::move(v));
+  }
+  for (size_t i = 0; i < files->size(); ++i) {
+    if (verdicts[i].first != "refused") continue;
+    absl::StatusOr<std::pair<std::string, std::string>> v = check((*files)[i], good);
+    if (v.ok() && v->first == "ok") verdicts[i] = *std::move(v);
+  }
+  Json out = Json::array();
+  int broken = 0;
+  for (size_t i = 0; i < files->size(); ++i) {
+    const auto& [verdict, message] = verdicts[i];
+    broken += verdict == "hung" || verdict == "crashed";
+    out.push_back({{"path", Str((*files)[i])},
+                   {"status", verdict},
+                   {"message", message.empty() ? Json(nullptr) : Str(message)}});
+    if (!flags.json) {
+      std::cout << ValidUtf8(absl::StrFormat("%-8s %s%s\n", verdict, (*files)[i], message.empty() ? "" : ": " + message));
+    }
+  }
+  if (flags.json) std::cout << Dump(Json{{"plugins", out}}) << "\n";
+  if (broken > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(broken, broken == 1 ? " plugin" : " plugins",
+                                                      " crashed or hung while loading: remove or fix them"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status List(const Flags& flags) {
+  if (flags.check_plugins) return CheckPlugins(flags);
   absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry(flags);
   if (!registry.ok()) return registry.status();
   const Registry& reg = **registry;
@@ -880,11 +984,15 @@ int Main(int argc, char** argv) {
   // list
   CLI::App* list = app.add_subcommand("list", "plugins found, each op, each kernel: its ISA and parameter space");
   list->set_help_flag("-h,--help", "print this help");
-  help->Set(list, {"kreg list [--json]",
+  help->Set(list, {"kreg list [--json] [--check-plugins]",
                    "Lists the plugins found, the ops they declare (dims, tensors, attributes) and every kernel: its "
                    "version, the ISA it needs, whether this CPU can run it, and its parameters with their values "
-                   "and defaults.",
-                   "kreg list\nkreg list --json\nKREG_ISA_MASK=fma kreg list   # as a CPU without AVX2 sees it"});
+                   "and defaults. With --check-plugins, loads each plugin in a child process instead and says "
+                   "which load (ok), are refused, crash or hang (exit 1 if any crashes or hangs).",
+                   "kreg list\nkreg list --json\nKREG_ISA_MASK=fma kreg list   # as a CPU without AVX2 sees it\n"
+                   "kreg list --check-plugins"});
+  list->add_flag("--check-plugins,--check_plugins", f.check_plugins,
+                 "load each plugin in a child process and report those that crash or hang while loading");
 
   // machine
   CLI::App* machine = app.add_subcommand("machine", "this machine's fingerprint: the key tables file its entries under");

@@ -6,13 +6,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
 #include <cstddef>
 #include <cstdlib>
 #include <filesystem>
+#include <cstring>
 #include <iostream>
+#include <mutex>
 #include <new>
 #include <set>
+#include <thread>
 
 #include <oneapi/tbb/task_arena.h>
 
@@ -22,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kreg/limits.h"
 #include "kreg/log.h"
 #include "loaded_plugin.h"
 
@@ -420,6 +428,77 @@ absl::Status Kernel::Run(const Config& config, const kreg_args& args, const RunO
   return (*run)->Run();
 }
 
+// ---- Naming a plugin that crashes or hangs while it loads -------------------------
+
+namespace {
+
+// While a plugin's own code runs at load (its constructors, entry point and
+// init), its file is named on a fatal signal, as the process's last line,
+// and in a warning if it takes more than limits::kPluginLoadSeconds: with a
+// broken plugin installed every command would otherwise die or hang with
+// nothing saying why. (kreg list --check-plugins loads each in a child.)
+// One plugin loads at a time (the registry's loads are serial per call;
+// concurrent calls share the one guard under its mutex).
+class LoadingGuard {
+ public:
+  explicit LoadingGuard(const std::string& path) : lock_(&Mutex()) {
+    const size_t n = std::min(path.size(), sizeof path_ - 1);
+    std::memcpy(path_, path.data(), n);
+    path_[n] = '\0';
+    struct sigaction ours {};
+    ours.sa_handler = OnFatal;
+    sigemptyset(&ours.sa_mask);
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &ours, &saved_[i]);
+    watch_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(watch_mu_);
+      if (!done_cv_.wait_for(lock, std::chrono::duration<double>(limits::kPluginLoadSeconds), [&] { return done_; })) {
+        Log(LogLevel::kWarn, absl::StrCat("plugin ", path_, " has been loading for ", limits::kPluginLoadSeconds,
+                                          " s (its constructor or init may hang; kreg list --check-plugins tests "
+                                          "each plugin apart)"));
+      }
+    });
+  }
+  ~LoadingGuard() {
+    {
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      done_ = true;
+    }
+    done_cv_.notify_all();
+    watch_.join();
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &saved_[i], nullptr);
+  }
+  LoadingGuard(const LoadingGuard&) = delete;
+  LoadingGuard& operator=(const LoadingGuard&) = delete;
+
+ private:
+  static constexpr std::array<int, 5> kSignals = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+  static absl::Mutex& Mutex() {
+    static absl::Mutex* mu = new absl::Mutex;
+    return *mu;
+  }
+  // Async-signal-safe: write(2), then the handler that was there, again.
+  static void OnFatal(int sig) {
+    auto say = [](const char* text) { (void)!write(STDERR_FILENO, text, std::strlen(text)); };
+    say("kreg: plugin ");
+    say(path_);
+    say(" crashed while loading (its constructor, entry point or init); kreg list --check-plugins tests each "
+        "plugin apart\n");
+    for (size_t i = 0; i < kSignals.size(); ++i) {
+      if (kSignals[i] == sig) sigaction(sig, &saved_[i], nullptr);
+    }
+    raise(sig);
+  }
+  static inline char path_[4096] = {};
+  static inline struct sigaction saved_[kSignals.size()] = {};
+  absl::MutexLock lock_;
+  std::mutex watch_mu_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread watch_;
+};
+
+}  // namespace
+
 // ---- Registry --------------------------------------------------------------------
 
 struct Registry::Opened {
@@ -429,6 +508,8 @@ struct Registry::Opened {
 };
 
 absl::StatusOr<Registry::Opened> Registry::Open(const std::string& path) const {
+  Log(LogLevel::kDebug, absl::StrCat("loading plugin ", path));
+  LoadingGuard guard(path);
   dlerror();
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -657,6 +738,25 @@ std::vector<std::string> Registry::DefaultDirs() {
 }
 
 absl::StatusOr<std::unique_ptr<Registry>> Registry::Load(const LoadOptions& options) {
+  auto registry = std::make_unique<Registry>();
+  std::vector<std::string> searched;
+  absl::StatusOr<std::vector<std::string>> files = FindPlugins(options, &searched);
+  if (!files.ok()) return files.status();
+  {
+    absl::MutexLock lock(&registry->mu_);
+    registry->searched_ = std::move(searched);
+  }
+  registry->LoadPlugins(*files);
+  return registry;
+}
+
+absl::StatusOr<std::vector<std::string>> Registry::PluginFiles(const LoadOptions& options) {
+  std::vector<std::string> searched;
+  return FindPlugins(options, &searched);
+}
+
+absl::StatusOr<std::vector<std::string>> Registry::FindPlugins(const LoadOptions& options,
+                                                               std::vector<std::string>* searched) {
   struct Location {
     std::string path;
     bool explicit_path;
@@ -680,7 +780,6 @@ absl::StatusOr<std::unique_ptr<Registry>> Registry::Load(const LoadOptions& opti
     }
   }
 
-  auto registry = std::make_unique<Registry>();
   std::set<std::string> loaded_names;  // file names, for shadowing
   std::vector<std::string> files;
   for (const Location& loc : locations) {
@@ -698,17 +797,13 @@ absl::StatusOr<std::unique_ptr<Registry>> Registry::Load(const LoadOptions& opti
     } else {
       continue;
     }
-    {
-      absl::MutexLock lock(&registry->mu_);
-      registry->searched_.push_back(loc.path);
-      Log(LogLevel::kDebug, absl::StrCat("plugin location ", loc.path, ": ", found.size(), " files"));
-    }
+    searched->push_back(loc.path);
+    Log(LogLevel::kDebug, absl::StrCat("plugin location ", loc.path, ": ", found.size(), " files"));
     for (const fs::path& file : found) {
       if (loaded_names.insert(file.filename().string()).second) files.push_back(file.string());
     }
   }
-  registry->LoadPlugins(files);
-  return registry;
+  return files;
 }
 
 absl::StatusOr<std::shared_ptr<const Op>> Registry::GetOp(absl::string_view name) const {

@@ -23,8 +23,11 @@
 //                      but the op declares dim m only; plus a kernel of it
 //   INIT_FAILS         init returns KREG_INTERNAL, "no license"
 //   NULL_KERNEL_PTR    kernels[1] is NULL
+#include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <thread>
 
 #include "kreg/plugin_abi.h"
 
@@ -45,6 +48,9 @@
 #define FLAW_BAD_OP 14
 #define FLAW_INIT_FAILS 15
 #define FLAW_NULL_KERNEL_PTR 16
+#define FLAW_INIT_CRASHES 17   // each of these three in a folder of its own:
+#define FLAW_INIT_HANGS 18     // a folder of them takes a process down
+#define FLAW_CTOR_CRASHES 19
 
 #ifndef FLAW
 #define FLAW FLAW_NONE
@@ -173,8 +179,19 @@ kreg_status Init(const kreg_host*, char* msg, size_t cap) {
     std::snprintf(msg, cap, "no license");
     return KREG_INTERNAL;
   }
+  if (FLAW == FLAW_INIT_CRASHES) std::raise(SIGSEGV);
+  if (FLAW == FLAW_INIT_HANGS) {
+    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   return KREG_OK;
 }
+
+#if FLAW == FLAW_CTOR_CRASHES
+[[maybe_unused]] const int kCrashOnLoad = [] {
+  std::raise(SIGSEGV);
+  return 0;
+}();
+#endif
 
 // Unused by the builds that export no kreg_plugin_v2/v3 entry.
 [[maybe_unused]] const kreg_plugin kPlugin = {

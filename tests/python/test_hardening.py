@@ -2,6 +2,7 @@
 hardening round (the command line's are tests/hardening_test.cc): each is
 an exception with kreg's one-line message, and no file changes."""
 
+import os
 import re
 import subprocess
 import sys
@@ -132,3 +133,14 @@ except KeyboardInterrupt:
     assert words and words[0] == "interrupted", done.stdout + done.stderr
     assert float(words[1]) < 1.0, done.stdout
     assert int(words[2]) == 1, done.stdout  # the problem's measurements so far are in the table
+
+
+# 6: a plugin whose init crashes while Registry() loads it is named on the
+# way down (the process's last line).
+@pytest.mark.skipif("KREG_TEST_PLUGIN_DIR" not in os.environ, reason="the test plugins' folder is not given")
+def test_a_plugin_that_crashes_while_loading_is_named():
+    folder = os.path.join(os.environ["KREG_TEST_PLUGIN_DIR"], "init_crashes")
+    done = subprocess.run([sys.executable, "-c", f"import kreg; kreg.Registry({folder!r})"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode != 0
+    assert f"kreg: plugin {folder}/test_init_crashes.so crashed while loading" in done.stderr, done.stderr

@@ -81,6 +81,10 @@ absl::Status CheckCores(int64_t cores, absl::string_view what = "cores");
 // plugin's, a table's or a flag's text is cut past this many bytes.
 inline constexpr int64_t kMaxLineBytes = 2048;
 
+// A plugin's load (its constructors, entry point and init): past this, a
+// warning names it, and kreg list --check-plugins calls it hung.
+inline constexpr double kPluginLoadSeconds = 5;
+
 // How long a writer waits for a table's lock before giving up, by default
 // (--lock-timeout): long enough for another sweep to save its result.
 inline constexpr double kDefaultLockTimeoutSeconds = 60;

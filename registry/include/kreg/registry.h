@@ -205,6 +205,8 @@ class Registry {
   // explicitly that does not exist is an error.
   static absl::StatusOr<std::unique_ptr<Registry>> Load(
       const LoadOptions& options);
+  // The plugin files Load would load, in order (shadowed names left out).
+  static absl::StatusOr<std::vector<std::string>> PluginFiles(const LoadOptions& options);
 
   // Loads one plugin, all or nothing: on error nothing of it is registered,
   // and the message names the file and the reason. Its kernels' ops must be
@@ -240,6 +242,8 @@ class Registry {
 
  private:
   struct Opened;
+  static absl::StatusOr<std::vector<std::string>> FindPlugins(const LoadOptions& options,
+                                                              std::vector<std::string>* searched);
   absl::StatusOr<Opened> Open(const std::string& path) const;
   absl::Status AddOps(Opened& opened) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Registers the kernels of `opened`, all or nothing, except those whose
