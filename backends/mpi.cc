@@ -111,6 +111,11 @@ class MpiComm final : public Comm {
 
   ~MpiComm() override {
     axes_.clear();  // their communicators first
+    // After a failure (this rank's, a peer's, a peer gone silent) nothing
+    // collective is called: a stopped or hung peer would hold MPI_Finalize
+    // forever. The process then exits (its error printed, exit 1) without
+    // finalizing, and mpirun ends the whole job, the silent peer too.
+    if (!failed_.empty()) return;
     MPI_Comm_free(&world_);
     if (owns_mpi_) MPI_Finalize();
   }

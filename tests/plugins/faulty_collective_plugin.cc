@@ -3,10 +3,13 @@
 // everyone), silent (rank `culprit` returns at once, never answering),
 // fail (rank `culprit` returns an error before communicating), mismatch
 // (rank `culprit` sends one element more than the others expect) or die
-// (rank `culprit` kills its process). It declares no op: op "allreduce" is
-// the collectives plugin's.
+// (rank `culprit` kills its process). With KREG_FAULTY_STOP=1, silent's
+// culprit stops its process instead (SIGSTOP: alive, answering nothing, not
+// even MPI_Finalize). It declares no op: op "allreduce" is the collectives
+// plugin's.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -51,7 +54,10 @@ kreg_status Run(const kreg_config* config, const kreg_args* args, void*, void*, 
   const kreg_comm* c = host->comm;
   const int64_t mode = config->values[0]->value;
   const bool culprit = c->rank == config->values[1]->value;
-  if (culprit && mode == kSilent) return KREG_OK;
+  if (culprit && mode == kSilent) {
+    if (const char* stop = std::getenv("KREG_FAULTY_STOP"); stop != nullptr && stop[0] == '1') std::raise(SIGSTOP);
+    return KREG_OK;
+  }
   if (culprit && mode == kFail) {
     std::snprintf(msg, cap, "rank %d gives up on purpose", c->rank);
     return KREG_INTERNAL;
