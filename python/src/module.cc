@@ -85,10 +85,26 @@ py::object JsonToPython(const cli::Json& json) {
   return py::module_::import("json").attr("loads")(cli::Dump(json));
 }
 
-// A thread count as the command line takes it (kreg/limits.h).
-int Threads(int threads) {
-  Check(limits::CheckThreads(threads));
-  return threads;
+// An integer argument from Python, of any size, checked by one of
+// kreg/limits.h's checks: TypeError for what is not an integer, ValueError
+// (the check's line, quoting the number as given) for one out of bounds.
+int64_t Checked(const py::handle& value, const char* name, const std::function<absl::Status(int64_t)>& check) {
+  if (!PyLong_Check(value.ptr()) || PyBool_Check(value.ptr())) {
+    throw py::type_error(absl::StrCat(name, ": expected an integer, got ", py::str(py::type::of(value)).cast<std::string>()));
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  const int64_t clamped = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : v;
+  absl::Status s = check(clamped);
+  if (s.ok()) return clamped;
+  std::string message(s.message());
+  if (overflow != 0) message = absl::StrCat(message.substr(0, message.rfind(", got ")), ", got ", py::str(value).cast<std::string>());
+  throw py::value_error(message);
+}
+
+// A thread count as the command line takes it.
+int Threads(const py::handle& threads) {
+  return static_cast<int>(Checked(threads, "threads", [](int64_t v) { return limits::CheckThreads(v); }));
 }
 
 // "batch=8,n=1000" from a dict {"batch": 8, "n": 1000} or such a string.
@@ -423,7 +439,7 @@ std::string DeviceName(const std::string& device) {
 }
 
 py::dict RunKernel(const Kernel& kernel, const py::dict& params, const py::object& out, const std::string& dtype,
-                   int threads, const std::string& device, const py::kwargs& kwargs) {
+                   const py::object& threads, const std::string& device, const py::kwargs& kwargs) {
   std::vector<std::pair<std::string, std::string>> overrides;
   for (auto [key, value] : params) {
     std::string text;
@@ -609,8 +625,9 @@ class SigintStops {
 };
 
 py::object Tune(PyRegistry& reg, const std::string& op, const py::object& dims_list, const std::string& db_path,
-                const std::string& strategy, double budget, int reps, int warmup, const std::vector<std::string>& variants,
-                const std::string& dtype, const std::string& with, const std::string& dist, uint64_t seed, int threads,
+                const std::string& strategy, double budget, const py::object& reps, const py::object& warmup,
+                const std::vector<std::string>& variants, const std::string& dtype, const std::string& with,
+                const std::string& dist, uint64_t seed, const py::object& threads,
                 double timeout, bool thread_round, const std::string& data_class, const std::string& device,
                 const py::object& progress) {
   cli::Flags flags;
@@ -621,8 +638,8 @@ py::object Tune(PyRegistry& reg, const std::string& op, const py::object& dims_l
   flags.seed = seed;
   Check(limits::CheckSeconds(budget, "budget", limits::Zero::kAllowed));
   Check(limits::CheckSeconds(timeout, "timeout", limits::Zero::kRefused));
-  Check(limits::CheckReps(reps, "reps", 1));
-  Check(limits::CheckReps(warmup, "warmup", 0));
+  const int64_t reps_n = Checked(reps, "reps", [](int64_t v) { return limits::CheckReps(v, "reps", 1); });
+  const int64_t warmup_n = Checked(warmup, "warmup", [](int64_t v) { return limits::CheckReps(v, "warmup", 0); });
   const Strategy parsed = Value(ParseStrategy(strategy));
   TuneRequest base;
   base.op = op;
@@ -630,10 +647,10 @@ py::object Tune(PyRegistry& reg, const std::string& op, const py::object& dims_l
   base.variants = variants;
   base.data_class = data_class;
   base.search.strategy = parsed;
-  base.search.reps = reps;
+  base.search.reps = static_cast<int>(reps_n);
   base.search.budget_seconds = budget;
   base.search.seed = seed;
-  base.warmup = warmup;
+  base.warmup = static_cast<int>(warmup_n);
   base.threads = Threads(threads);
   base.thread_round = thread_round;
   base.timeout_seconds = timeout;
@@ -772,7 +789,7 @@ PYBIND11_MODULE(_kreg, m) {
       .def(
           "run",
           [](const PyRegistry& r, const std::string& name, const py::dict& params, const py::object& out,
-             const std::string& dtype, int threads, const std::string& device, const py::kwargs& kwargs) {
+             const std::string& dtype, const py::object& threads, const std::string& device, const py::kwargs& kwargs) {
             return RunKernel(*Value(r.registry->Get(name)), params, out, dtype, threads, device, kwargs);
           },
           py::arg("kernel"), py::kw_only(), py::arg("params") = py::dict(), py::arg("out") = py::none(),
@@ -789,7 +806,7 @@ PYBIND11_MODULE(_kreg, m) {
       .def(
           "query",
           [](PyTuningDb& d, const PyRegistry& r, const std::string& op, const py::object& dims,
-             const std::string& dtype, const std::string& with, const std::string& data_class, int threads,
+             const std::string& dtype, const std::string& with, const std::string& data_class, const py::object& threads,
              const std::string& machine, bool shipped, const std::string& device) {
             cli::Flags flags = AnswerFlags(machine, shipped, Threads(threads), dtype, with, data_class);
             flags.device = DeviceName(device);
@@ -812,7 +829,8 @@ PYBIND11_MODULE(_kreg, m) {
            py::arg("registry"), py::arg("db") = nullptr, py::arg("machine") = "similar", py::arg("shipped") = true)
       .def(
           "run",
-          [](PyDispatcher& d, const std::string& op, const py::object& out, const std::string& dtype, int threads,
+          [](PyDispatcher& d, const std::string& op, const py::object& out, const std::string& dtype,
+             const py::object& threads,
              const std::string& device, const py::kwargs& kwargs) {
             const Op* found = d.dispatcher->FindOp(op);
             if (found == nullptr) Check(d.registry->GetOp(op).status());  // names the known ops
