@@ -441,7 +441,7 @@ namespace {
 // concurrent calls share the one guard under its mutex).
 class LoadingGuard {
  public:
-  explicit LoadingGuard(const std::string& path) : lock_(&Mutex()) {
+  explicit LoadingGuard(const std::string& path) : lock_(Mutex()) {
     const size_t n = std::min(path.size(), sizeof path_ - 1);
     std::memcpy(path_, path.data(), n);
     path_[n] = '\0';
@@ -472,8 +472,10 @@ class LoadingGuard {
 
  private:
   static constexpr std::array<int, 5> kSignals = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
-  static absl::Mutex& Mutex() {
-    static absl::Mutex* mu = new absl::Mutex;
+  // A std::mutex, not Abseil's: TSan sees through it (Debian's Abseil is
+  // not instrumented).
+  static std::mutex& Mutex() {
+    static std::mutex* mu = new std::mutex;
     return *mu;
   }
   // Async-signal-safe: write(2), then the handler that was there, again.
@@ -490,7 +492,7 @@ class LoadingGuard {
   }
   static inline char path_[4096] = {};
   static inline struct sigaction saved_[kSignals.size()] = {};
-  absl::MutexLock lock_;
+  std::lock_guard<std::mutex> lock_;
   std::mutex watch_mu_;
   std::condition_variable done_cv_;
   bool done_ = false;
