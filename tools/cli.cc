@@ -291,8 +291,7 @@ absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry, T
     return lut;
   };
   const bool given = !given_name.empty() || db.size() > 0;
-  absl::StatusOr<Lut> front = build(std::move(db));
-  if (!front.ok() || flags.no_shipped) return front;
+  if (flags.no_shipped) return build(std::move(db));
   // The shipped tables behind the user's, not pooled with it (Lut::Layered):
   // the user's answers where it has as good a match.
   std::vector<std::string> warnings;
@@ -307,9 +306,9 @@ absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry, T
   absl::StatusOr<TuningDb> adopted = TuningDb::FromProto(std::move(known));
   if (!adopted.ok()) return adopted.status();
   absl::StatusOr<Lut> behind = build(*std::move(adopted));
-  if (!behind.ok()) return behind.status();
-  if (!given) return behind;
-  if (behind->size() == 0) return front;  // nothing shipped (KREG_TABLE_PATH=)
+  if (!behind.ok() || !given) return behind;
+  absl::StatusOr<Lut> front = build(std::move(db));
+  if (!front.ok() || behind->size() == 0) return front;  // nothing shipped (KREG_TABLE_PATH=)
   return Lut::Layered(*std::move(front), given_name.empty() ? "the given table" : std::string(given_name),
                       *std::move(behind), "the shipped tables");
 }
