@@ -449,22 +449,24 @@ class LoadingGuard {
     ours.sa_handler = OnFatal;
     sigemptyset(&ours.sa_mask);
     for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &ours, &saved_[i]);
-    watch_ = std::thread([this] {
-      std::unique_lock<std::mutex> lock(watch_mu_);
-      if (!done_cv_.wait_for(lock, std::chrono::duration<double>(limits::kPluginLoadSeconds), [&] { return done_; })) {
-        Log(LogLevel::kWarn, absl::StrCat("plugin ", path_, " has been loading for ", limits::kPluginLoadSeconds,
-                                          " s (its constructor or init may hang; kreg list --check-plugins tests "
-                                          "each plugin apart)"));
-      }
-    });
+    Watch& w = TheWatch();
+    std::lock_guard<std::mutex> watch_lock(w.mu);
+    if (w.owner != getpid()) {  // none yet in this process (a forked child has none)
+      w.owner = getpid();
+      std::thread(WatchLoads, &w).detach();
+    }
+    w.loading = path_;
+    w.since = std::chrono::steady_clock::now();
+    ++w.generation;
+    if (w.idle) w.cv.notify_one();  // else it wakes at its deadline and sees this load
   }
   ~LoadingGuard() {
+    Watch& w = TheWatch();
     {
-      std::lock_guard<std::mutex> lock(watch_mu_);
-      done_ = true;
+      std::lock_guard<std::mutex> watch_lock(w.mu);
+      w.loading = nullptr;
+      ++w.generation;
     }
-    done_cv_.notify_all();
-    watch_.join();
     for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &saved_[i], nullptr);
   }
   LoadingGuard(const LoadingGuard&) = delete;
@@ -472,6 +474,51 @@ class LoadingGuard {
 
  private:
   static constexpr std::array<int, 5> kSignals = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+  // What the one watcher thread of a process watches: the load under way,
+  // since when, and a count of loads begun and ended. Never freed (the
+  // detached thread may outlive static destructors).
+  struct Watch {
+    std::mutex mu;
+    std::condition_variable cv;
+    const char* loading = nullptr;
+    std::chrono::steady_clock::time_point since;
+    uint64_t generation = 0;
+    pid_t owner = 0;
+    bool idle = false;  // the watcher waits for a load (not for a deadline)
+  };
+  static Watch& TheWatch() {
+    static Watch* watch = new Watch;
+    return *watch;
+  }
+  // Warns once about a load past limits::kPluginLoadSeconds. One thread for
+  // the process, not one per load (a thread costs about what a plugin's load
+  // does), woken only to start following loads: it then sleeps to each
+  // load's deadline, and finds there whether that load is still under way.
+  static void WatchLoads(Watch* w) {
+    const auto limit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(limits::kPluginLoadSeconds));
+    std::unique_lock<std::mutex> lock(w->mu);
+    uint64_t warned = 0;
+    while (true) {
+      w->idle = true;
+      w->cv.wait(lock, [&] { return w->loading != nullptr; });
+      w->idle = false;
+      while (w->loading != nullptr) {
+        const uint64_t generation = w->generation;
+        const auto deadline = w->since + limit;
+        if (std::chrono::steady_clock::now() < deadline) {
+          w->cv.wait_until(lock, deadline);
+        } else if (warned != generation) {
+          warned = generation;
+          Log(LogLevel::kWarn, absl::StrCat("plugin ", w->loading, " has been loading for ",
+                                            limits::kPluginLoadSeconds, " s (its constructor or init may hang; kreg "
+                                            "list --check-plugins tests each plugin apart)"));
+        } else {
+          w->cv.wait_for(lock, std::chrono::seconds(1));  // until the hung load ends, if it does
+        }
+      }
+    }
+  }
   // A std::mutex, not Abseil's: TSan sees through it (Debian's Abseil is
   // not instrumented).
   static std::mutex& Mutex() {
@@ -493,10 +540,6 @@ class LoadingGuard {
   static inline char path_[4096] = {};
   static inline struct sigaction saved_[kSignals.size()] = {};
   std::lock_guard<std::mutex> lock_;
-  std::mutex watch_mu_;
-  std::condition_variable done_cv_;
-  bool done_ = false;
-  std::thread watch_;
 };
 
 }  // namespace
