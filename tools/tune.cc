@@ -398,10 +398,9 @@ absl::StatusOr<int> Plot(const Flags& flags) {
       "sys.path[:0] = [p for p in sys.argv[1].split(':') if p]\n"
       "sys.argv = ['kreg.plot'] + sys.argv[2:]\n"
       "try:\n"
-      "    import kreg.plot\n"
+      "    import kreg\n"
       "except ImportError as e:\n"
-      "    sys.exit('kreg db plot: cannot import kreg.plot (' + str(e) + '): it needs kreg built with Python, and '\n"
-      "             'matplotlib (Debian: python3-matplotlib)')\n"
+      "    sys.exit('kreg db plot: cannot import kreg (' + str(e) + '): it needs kreg built with Python')\n"
       "runpy.run_module('kreg.plot', run_name='__main__', alter_sys=True)\n";
   std::vector<std::string> args = {KREG_PYTHON_EXECUTABLE, "-I", "-c", kBoot, package, json_path, "--out",
                                    flags.out_dir, "--name", flags.file_a, "--prog", "kreg db plot"};
