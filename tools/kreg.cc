@@ -7,11 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
-#include <cstring>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -797,7 +797,6 @@ std::string ExtrasMessage(CLI::App* root, const std::vector<std::string>& extras
                                     : absl::StrCat("; did you mean --", close, "?"));
 }
 
-// A whole message on one line.
 // The help page of `app` (not of the command selected under it, as
 // CLI::App::help gives).
 std::string HelpOf(const HelpFormatter& help, const CLI::App* app) {
@@ -898,15 +897,12 @@ void AddMeasure(CLI::App* c, Flags& f) {
       ->check(IntWithin([](int64_t v) { return limits::CheckReps(v, "", 1); }));
   AddThreads(c, f, absl::StrCat("threads per kernel run (0: all cores; at most ", limits::kMaxThreads, ")"));
 }
-// --ranks: thread ranks of this process.
-void AddRanks(CLI::App* c, Flags& f, const std::string& help) {
-  c->add_option("--ranks", f.ranks, help)->option_text("N")->check(IntWithin([](int64_t v) {
-    return limits::CheckThreadRanks(v, "");
-  }));
-}
 void AddComm(CLI::App* c, Flags& f) {
-  AddRanks(c, f, absl::StrCat("collective ops: run on N ranks, threads of this process (at most ",
-                              limits::kMaxThreadRanks, ")"));
+  c->add_option("--ranks", f.ranks,
+                absl::StrCat("collective ops: run on N ranks, threads of this process (at most ",
+                             limits::kMaxThreadRanks, ")"))
+      ->option_text("N")
+      ->check(IntWithin([](int64_t v) { return limits::CheckThreadRanks(v, ""); }));
   c->add_option("--backend", f.backend,
                 "collective ops: threads (ranks are threads of this process) or mpi (this process is one rank "
                 "of the job mpirun started)")

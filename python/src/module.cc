@@ -13,8 +13,8 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
-#include <csignal>
 #include <bit>
+#include <csignal>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -337,11 +337,11 @@ class Call {
       }
       tensors_[t] = b->dl();
       if (info.is_output()) results_.emplace_back(info.name, b->object());
+      // A tensor written may share no byte with another of the call: a
+      // kernel writes it while reading the others, and two outputs over one
+      // buffer garble each other.
+      const auto [first, last] = b->Span();
       for (size_t h = 0; h < held_.size(); ++h) {
-        // A tensor written may share no byte with another of the call: a
-        // kernel writes it while reading the others, and two outputs over one
-        // buffer garble each other.
-        const auto [first, last] = b->Span();
         const auto [other_first, other_last] = held_[h]->Span();
         const bool written = info.is_output() || o.tensors()[held_names_[h]].is_output();
         if (written && first < last && other_first < other_last && first < other_last && other_first < last) {

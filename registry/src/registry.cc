@@ -13,8 +13,8 @@
 #include <csignal>
 #include <cstddef>
 #include <cstdlib>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <new>
@@ -441,7 +441,7 @@ namespace {
 // concurrent calls share the one guard under its mutex).
 class LoadingGuard {
  public:
-  explicit LoadingGuard(const std::string& path) : lock_(Mutex()) {
+  explicit LoadingGuard(const std::string& path) : state_(ThisProcess()), lock_(state_.load_mu) {
     const size_t n = std::min(path.size(), sizeof path_ - 1);
     std::memcpy(path_, path.data(), n);
     path_[n] = '\0';
@@ -449,23 +449,17 @@ class LoadingGuard {
     ours.sa_handler = OnFatal;
     sigemptyset(&ours.sa_mask);
     for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &ours, &saved_[i]);
-    Watch& w = TheWatch();
-    std::lock_guard<std::mutex> watch_lock(w.mu);
-    if (w.owner != getpid()) {  // none yet in this process (a forked child has none)
-      w.owner = getpid();
-      std::thread(WatchLoads, &w).detach();
-    }
-    w.loading = path_;
-    w.since = std::chrono::steady_clock::now();
-    ++w.generation;
-    if (w.idle) w.cv.notify_one();  // else it wakes at its deadline and sees this load
+    std::lock_guard<std::mutex> watch_lock(state_.mu);
+    state_.loading = path_;
+    state_.since = std::chrono::steady_clock::now();
+    ++state_.generation;
+    if (state_.idle) state_.cv.notify_one();  // else it wakes at its deadline and sees this load
   }
   ~LoadingGuard() {
-    Watch& w = TheWatch();
     {
-      std::lock_guard<std::mutex> watch_lock(w.mu);
-      w.loading = nullptr;
-      ++w.generation;
+      std::lock_guard<std::mutex> watch_lock(state_.mu);
+      state_.loading = nullptr;
+      ++state_.generation;
     }
     for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &saved_[i], nullptr);
   }
@@ -474,27 +468,43 @@ class LoadingGuard {
 
  private:
   static constexpr std::array<int, 5> kSignals = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
-  // What the one watcher thread of a process watches: the load under way,
-  // since when, and a count of loads begun and ended. Never freed (the
-  // detached thread may outlive static destructors).
-  struct Watch {
+  // A process's: the lock one load holds at a time, and what its watcher
+  // thread watches (the load under way, since when, a count of loads begun
+  // and ended). Std mutexes, not Abseil's: TSan sees through them (Debian's
+  // Abseil is not instrumented).
+  struct State {
+    pid_t pid = 0;
+    std::mutex load_mu;
     std::mutex mu;
     std::condition_variable cv;
     const char* loading = nullptr;
     std::chrono::steady_clock::time_point since;
     uint64_t generation = 0;
-    pid_t owner = 0;
     bool idle = false;  // the watcher waits for a load (not for a deadline)
   };
-  static Watch& TheWatch() {
-    static Watch* watch = new Watch;
-    return *watch;
+  // This process's State, and its watcher thread started, on first use. A
+  // forked child gets fresh ones: a thread of the parent may have held the
+  // old locks at the fork, and the parent's watcher is not in the child.
+  // Never freed (the detached thread may outlive static destructors).
+  static State& ThisProcess() {
+    static std::atomic<State*> current{nullptr};
+    const pid_t me = getpid();
+    State* s = current.load();
+    if (s != nullptr && s->pid == me) return *s;
+    auto* fresh = new State;
+    fresh->pid = me;
+    if (!current.compare_exchange_strong(s, fresh)) {  // another thread of this process was first
+      delete fresh;
+      return *s;
+    }
+    std::thread(WatchLoads, fresh).detach();
+    return *fresh;
   }
   // Warns once about a load past limits::kPluginLoadSeconds. One thread for
   // the process, not one per load (a thread costs about what a plugin's load
   // does), woken only to start following loads: it then sleeps to each
   // load's deadline, and finds there whether that load is still under way.
-  static void WatchLoads(Watch* w) {
+  static void WatchLoads(State* w) {
     const auto limit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(limits::kPluginLoadSeconds));
     std::unique_lock<std::mutex> lock(w->mu);
@@ -519,12 +529,6 @@ class LoadingGuard {
       }
     }
   }
-  // A std::mutex, not Abseil's: TSan sees through it (Debian's Abseil is
-  // not instrumented).
-  static std::mutex& Mutex() {
-    static std::mutex* mu = new std::mutex;
-    return *mu;
-  }
   // Async-signal-safe: write(2), then the handler that was there, again.
   static void OnFatal(int sig) {
     auto say = [](const char* text) { (void)!write(STDERR_FILENO, text, std::strlen(text)); };
@@ -539,6 +543,7 @@ class LoadingGuard {
   }
   static inline char path_[4096] = {};
   static inline struct sigaction saved_[kSignals.size()] = {};
+  State& state_;
   std::lock_guard<std::mutex> lock_;
 };
 

@@ -207,7 +207,6 @@ absl::StatusOr<FileLock> FileLock::Acquire(const std::string& path) {
   return FileLock(fd);
 }
 
-
 FileLock::~FileLock() {
   if (fd_ >= 0) close(fd_);  // releases the lock
 }

@@ -650,16 +650,24 @@ absl::Status CheckNumbers(const tuning::Database& db) {
   }
   for (int i = 0; i < db.entries_size(); ++i) {
     const tuning::Entry& e = db.entries(i);
+    // The checks first; the record's name only for a failure (a table of
+    // 10k entries is checked on every load).
     auto check = [&](const Trial& t, absl::string_view which) -> absl::Status {
-      const std::string where =
-          absl::StrCat("entry ", i, " (", KeyString(e.key()), "): ", which, " ", t.variant(), " ", ConfigText(t.config()), ": ");
-      absl::Status s = limits::CheckThreads(t.threads(), absl::StrCat(where, "threads"));
-      if (s.ok()) s = limits::CheckNs(t.median_ns(), absl::StrCat(where, "median_ns"));
-      if (s.ok()) s = limits::CheckNs(t.min_ns(), absl::StrCat(where, "min_ns"));
-      if (s.ok()) s = limits::CheckNs(t.max_ns(), absl::StrCat(where, "max_ns"));
-      if (s.ok()) s = limits::CheckFinite(t.relative_iqr(), absl::StrCat(where, "relative_iqr"));
-      if (s.ok()) s = limits::CheckReps(t.reps(), absl::StrCat(where, "reps"), 0);
-      return s;
+      const std::pair<const char*, absl::Status> checks[] = {
+          {"threads", limits::CheckThreads(t.threads(), "")},
+          {"median_ns", limits::CheckNs(t.median_ns(), "")},
+          {"min_ns", limits::CheckNs(t.min_ns(), "")},
+          {"max_ns", limits::CheckNs(t.max_ns(), "")},
+          {"relative_iqr", limits::CheckFinite(t.relative_iqr(), "")},
+          {"reps", limits::CheckReps(t.reps(), "", 0)},
+      };
+      for (const auto& [field, s] : checks) {
+        if (s.ok()) continue;
+        return absl::InvalidArgumentError(absl::StrCat("entry ", i, " (", KeyString(e.key()), "): ", which, " ",
+                                                       t.variant(), " ", ConfigText(t.config()), ": ", field, ": ",
+                                                       s.message()));
+      }
+      return absl::OkStatus();
     };
     for (const Trial& t : e.trials()) {
       if (absl::Status s = check(t, "trial"); !s.ok()) return s;

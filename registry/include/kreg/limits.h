@@ -1,7 +1,7 @@
 // Every bound kreg puts on a number that comes from outside: a flag, a
 // Python argument, a tuning table, a plugin. Each bound is a named constant
 // here with the one function that checks it; the command line, the Python
-// module, the table reader and the communicators all call these, and no other
+// module, the table reader and the mesh parser call these, and no other
 // file states a limit. TESTING.md lists them with the reason for each.
 //
 // A check returns OkStatus or InvalidArgument with one line naming the value
