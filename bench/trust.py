@@ -240,7 +240,7 @@ def defaults(kreg, args, scratch):
     tables = os.path.join(ROOT, "tuning_db", "tables")
     own = os.path.join(tables, machine["class"] + ".txtpb")
     if not os.path.exists(own):
-        sys.exit(f"trust: no shipped table for this machine's class ({own}); run tuning_db/tables/retune.sh")
+        sys.exit(f"trust: no shipped table for this machine's class ({own}); run data/tables/retune.sh")
     others = os.path.join(scratch, "others")
     os.makedirs(others, exist_ok=True)
     for name in os.listdir(tables):

@@ -26,7 +26,7 @@ $kreg query topk --db "$db" --dims batch=32,n=32000,k=50 --dims batch=48,n=40000
   --dims batch=64,n=30000,k=2000
 $kreg query topk --db "$db" --dtype bf16 --dims batch=32,n=32000,k=50
 echo "== the table shipped for this machine"
-$kreg query topk --db tuning_db/tables/amd-epyc-avx2-2c.txtpb --dims batch=100,n=150000,k=64
+$kreg query topk --db data/tables/amd-epyc-avx2-2c.txtpb --dims batch=100,n=150000,k=64
 echo "== a run dispatched by the table, checked"
 $kreg run topk --db "$db" --dims batch=48,n=40000,k=64 --check
 echo "== a collective: all-reduce on 4 thread ranks, tuned, calibrated, queried, dispatched"

@@ -1203,7 +1203,7 @@ int Main(int argc, char** argv) {
   help->Set(slim, {"kreg db slim IN OUT",
                    "Writes OUT with, per problem, only the fastest successful trial of each variant (the shipped "
                    "tables' form); failures and slower configurations are dropped.",
-                   "kreg db slim all.lut tuning_db/tables/amd-epyc-avx2-2c.txtpb"});
+                   "kreg db slim all.lut data/tables/amd-epyc-avx2-2c.txtpb"});
   slim->add_option("IN", f.file_a, "the table to read")->required();
   slim->add_option("OUT", f.file_b, "the table to write")->required();
   AddLockTimeout(slim, f);

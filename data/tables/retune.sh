@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-tunes the table shipped for this machine's class: every op family's
 # shapes below, measured into a scratch table, then slimmed into
-# tuning_db/tables/<class>.txtpb — per problem, each variant's best
+# data/tables/<class>.txtpb — per problem, each variant's best
 # configuration per combination of its named choices (a choice may need an
 # ISA) and its measurements, not every trial. The class is what
 # `kreg machine` names it: CPU model, core generation, widest vector ISA and
@@ -15,12 +15,14 @@
 #     f32, and the benchmark's two in bf16;
 #   collectives: all-reduce, all-gather and reduce-scatter on 2 and 4 thread
 #     ranks at three sizes, and the collective matmul on a 2x1 mesh.
-# About 25 minutes on 2 cores. Usage: [KREG=path/to/kreg] tuning_db/tables/retune.sh [TABLE]
+# About 25 minutes on 2 cores. Usage: [KREG=path/to/kreg] data/tables/retune.sh [TABLE]
+# The table starts with a provenance header (# lines: machine, command,
+# commit, date), which the text format reads as comments.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 kreg=${KREG:-build/release/bin/kreg}
 class=$($kreg machine | sed -n 's/^class *//p')
-out=${1:-tuning_db/tables/$class.txtpb}
+out=${1:-data/tables/$class.txtpb}
 # Every trial goes into this table first: a run that stops (a failure, a
 # kill) resumes when started again, from the first problem it has no
 # finished entry for, and within it from its checkpointed measurements.
@@ -60,6 +62,19 @@ for op in allreduce allgather reduce_scatter; do
   done
 done
 tune sharded_matmul --mesh 2x1 --ranks 2 --dims m=512,k=512,n=512
-$kreg db slim "$db" "$out"
+$kreg db slim "$db" "$out.body.txtpb"
+machine=$($kreg machine | sed -n -e 's/^model *//p' -e 's/^vendor *//p' -e 's/^isa *//p' -e 's/^cores *\(.*\)/\1 cores/p' |
+  paste -sd';' | sed 's/;/; /g')
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- . ':!data/tables' 2>/dev/null || commit="$commit with local changes"
+{
+  echo "# kreg shipped table, machine class $class"
+  echo "# machine: $machine"
+  echo "# command: ${KREG:+KREG=$KREG }data/tables/retune.sh${1:+ $1}"
+  echo "# commit: $commit"
+  echo "# date: $(date -u +%Y-%m-%d)"
+  cat "$out.body.txtpb"
+} >"$out"
+rm -f "$out.body.txtpb" "$out.body.txtpb.lock"
 rm -f "$db" "$db.lock" "$out.lock"
 echo "wrote $out"
