@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Writes the fuzzers' seed corpora, fuzz/corpus/<fuzzer>/: a few small valid
-and near-valid inputs each. Run it again after changing an input format.
+"""Writes the fuzzers' seed corpora, fuzz/corpus/<fuzzer>/ (and each op
+family's op_args_fuzzer seeds, plugins/<family>/fuzz/op_args_fuzzer/): a few
+small valid and near-valid inputs each. Run it again after changing an input format.
 
     fuzz/make_seeds.py BUILD_DIR      e.g. build/asan
 
@@ -111,37 +112,38 @@ def worker_seeds(kernels):
 
 # ---- op arguments -----------------------------------------------------------------
 
-# Per op: (--dims, --dtype, --with, --mesh, ranks) of a small valid problem.
-PROBLEMS = {
-    "topk": ("batch=4,n=100,k=3", "", "", "", 0),
-    "gmm": ("m=64,k=32,n=16,groups=4,local_groups=2,group_offset=1,transpose_rhs=1", "bf16", "existing_out", "", 0),
-    "tgmm": ("k=32,m=64,n=16,groups=4", "", "", "", 0),
-    "allgather": ("count=100", "", "", "", 2),
-    "allreduce": ("count=100,reduction=1", "bf16", "", "", 3),
-    "reduce_scatter": ("count=100", "i32", "", "", 2),
-    "sharded_matmul": ("m=64,k=96,n=40", "", "", "2x2", 0),
-}
+# Each family's ops, in plugins/<family>/fuzz/op_args.json: per op the
+# --dims, --dtype, --with, --mesh and ranks of a small valid problem, and
+# near-valid inputs (k > n, a bad dtype, dims at their limits) by seed name:
+# [kernel index, the text after the head]. Their seeds go to that family's
+# plugins/<family>/fuzz/op_args_fuzzer/.
+def family_problems():
+    problems = {}
+    for spec in sorted((ROOT / "plugins").glob("*/fuzz/op_args.json")):
+        for op, problem in json.loads(spec.read_text()).items():
+            problems[op] = (spec.parent, problem)
+    return problems
 
 
 def op_args_seeds(ops, kernels):
+    problems = family_problems()
     for op_index, op in enumerate(ops):
-        problem = PROBLEMS.get(op)
-        if problem is None:
+        if op not in problems:
             continue
-        dims, dtype, with_, mesh, ranks = problem
+        folder, p = problems[op]
+        out = folder / "op_args_fuzzer"
+
+        def write_seed(name, data):
+            out.mkdir(parents=True, exist_ok=True)
+            (out / name).write_bytes(data)
+
         names = sorted(k for k in kernels if k.split("/")[0] == op)
         for kernel_index, kernel in enumerate(names):
-            lines = [dims, dtype, with_, mesh] + [f"{n}={v}" for n, v in kernels[kernel]]
-            head = bytes([op_index, kernel_index, ranks])
-            write("op_args_fuzzer", kernel.replace("/", "_"), head + "\n".join(lines).encode())
-        # Near-valid: k > n, an unknown dim, a bad dtype, dims at their limits.
-        if op == "topk":
-            write("op_args_fuzzer", "topk_bad_k", bytes([op_index, 0, 0]) + b"batch=4,n=3,k=5\n\n\n\n")
-            write("op_args_fuzzer", "topk_huge", bytes([op_index, 1, 0]) + b"batch=2147483647,n=2147483647,k=1\nbf16\nrow_starts,row_ends\n\n")
-        if op == "gmm":
-            write("op_args_fuzzer", "gmm_huge", bytes([op_index, 0, 0]) + b"m=2147483647,k=2147483647,n=2147483647,groups=2147483647\n\n\n\n")
-        if op == "sharded_matmul":
-            write("op_args_fuzzer", "sharded_named_mesh", bytes([op_index, 0, 0]) + b"m=64,k=96,n=40\nf64\n\nx=2,y=3\n")
+            lines = [p["dims"], p["dtype"], p["with"], p["mesh"]] + [f"{n}={v}" for n, v in kernels[kernel]]
+            head = bytes([op_index, kernel_index, p["ranks"]])
+            write_seed(kernel.replace("/", "_"), head + "\n".join(lines).encode())
+        for name, (kernel_index, text) in p.get("near_valid", {}).items():
+            write_seed(name, bytes([op_index, kernel_index, 0]) + text.encode())
 
 
 # ---- tables ---------------------------------------------------------------------------
@@ -198,8 +200,10 @@ def main():
                 value = ",".join(str(v) for v in value) if isinstance(value, list) else value
                 pairs.append((name, value))
             kernels[k["kernel"]] = pairs
-    for fuzzer in ("npy_fuzzer", "table_fuzzer", "worker_fuzzer", "op_args_fuzzer"):
+    for fuzzer in ("npy_fuzzer", "table_fuzzer", "worker_fuzzer"):
         shutil.rmtree(CORPUS / fuzzer, ignore_errors=True)
+    for folder in (ROOT / "plugins").glob("*/fuzz/op_args_fuzzer"):
+        shutil.rmtree(folder)
     npy_seeds()
     worker_seeds(kernels)
     op_args_seeds(ops, kernels)

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # kreg's main job on a fresh Debian 12 machine: install what is missing,
-# build, load the plugins, tune top-k on a few shapes into a table (a minute
-# or two), then answer queries from it and run what it picks; the same for
-# an all-reduce on 4 thread ranks, and once under mpirun.
+# build every op family's plugins, tune top-k on a few shapes into a table
+# (a minute or two), then answer queries from it and run what it picks; the
+# same for a grouped matmul with skewed group sizes (an MoE layer) and an
+# all-reduce on 4 thread ranks, and once under mpirun.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 cmake --preset release >/dev/null
 # deps.sh installs Open MPI, so the mpi backend (kreg_mpi) is built too.
-cmake --build --preset release --target kreg kreg_topk kreg_collectives kreg_worker kreg_mpi
+# kreg_plugins: every family's plugins (plugins/*/).
+cmake --build --preset release --target kreg kreg_plugins kreg_worker kreg_mpi
 kreg=build/release/bin/kreg
 db=build/demo.lut
 rm -f "$db"
@@ -29,6 +31,10 @@ echo "== the table shipped for this machine"
 $kreg query topk --db data/tables/amd-epyc-avx2-2c.txtpb --dims batch=100,n=150000,k=64
 echo "== a run dispatched by the table, checked"
 $kreg run topk --db "$db" --dims batch=48,n=40000,k=64 --check
+echo "== a grouped matmul (MoE, skewed group sizes): tuned, queried (the shape and a larger one), dispatched"
+$kreg tune gmm --db "$db" --strategy halving --budget 20 --dims m=2048,k=512,n=512,groups=16 --partition skewed
+$kreg query gmm --db "$db" --data-class skewed --dims m=2048,k=512,n=512,groups=16 --dims m=4096,k=512,n=512,groups=16
+$kreg run gmm --db "$db" --partition skewed --dims m=2048,k=512,n=512,groups=16 --check
 echo "== a collective: all-reduce on 4 thread ranks, tuned, calibrated, queried, dispatched"
 $kreg run allreduce/ring --ranks 4 --dims count=1000000 --check
 $kreg tune allreduce --ranks 4 --db "$db" --strategy exhaustive \

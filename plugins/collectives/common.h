@@ -21,15 +21,14 @@
 #include <cstring>
 #include <utility>
 
-#include "kreg/plugin_abi.h"
+#include "kreg/collectives/layout.h"
+#include "kreg/plugin_sdk.h"
 
 namespace kreg::collectives {
 
-// Every op has tensors x, out and dims count, ranks, in this order;
-// allreduce and reduce_scatter have one attribute, reduction.
-enum TensorIndex { kX = 0, kOut, kNumTensors };
-enum DimIndex { kCount = 0, kRanks, kNumDims };
-enum AttrIndex { kReduction = 0, kNumReduceAttrs };
+using sdk::Bf16ToFloat;
+using sdk::Fail;
+using sdk::FloatToBf16;
 
 // The ranks dim's largest value: keeps every workspace size (at most
 // 2 * ranks * count * 4 bytes, count <= INT32_MAX) well inside int64.
@@ -40,16 +39,6 @@ enum class Dtype { kF32, kBf16, kI32 };
 enum class Reduction { kSum = 0, kMax = 1 };
 
 constexpr size_t kAccBytes = 4;  // one accumulator: float or uint32_t
-
-// Writes a one-line reason into msg and returns code.
-[[gnu::format(printf, 4, 5)]] inline kreg_status Fail(kreg_status code, char* msg, size_t cap, const char* format,
-                                                      ...) {
-  va_list ap;
-  va_start(ap, format);
-  std::vsnprintf(msg, cap, format, ap);
-  va_end(ap);
-  return code;
-}
 
 // ---- Elements and reductions -----------------------------------------------------
 
@@ -65,15 +54,6 @@ inline int64_t Split(int64_t n, int64_t parts, int64_t i) { return n * i / parts
 // a mod p in [0, p).
 inline int Mod(int64_t a, int p) { return static_cast<int>((a % p + p) % p); }
 
-inline float Bf16ToFloat(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
-
-// Round to nearest even; NaN stays NaN (quietened). As kreg's FloatToBf16.
-inline uint16_t FloatToBf16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
 
 // An element as stored (float, uint16_t bf16 bits, uint32_t i32 bits) as
 // its accumulator.

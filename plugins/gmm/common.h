@@ -19,56 +19,24 @@
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 
-#include "kreg/plugin_abi.h"
+#include "kreg/gmm/layout.h"
+#include "kreg/plugin_sdk.h"
 
 namespace kreg::gmm {
 
-// Op "gmm": out[rows of group g] = lhs[rows] . rhs[g - group_offset] (+
-// existing_out) for the local groups g in [group_offset, group_offset +
-// local_groups).
-enum GmmTensor { kGmmLhs = 0, kGmmRhs, kGmmGroupSizes, kGmmOut, kGmmExistingOut, kGmmNumTensors };
-enum GmmDim { kGmmM = 0, kGmmK, kGmmN, kGmmGroups, kGmmLocalGroups, kGmmNumDims };
-enum GmmAttr { kGmmTransposeRhs = 0, kGmmGroupOffset, kGmmConstantWeights, kGmmNumAttrs };
-// Op "tgmm": out[g - group_offset] = lhs[:, rows of g] . rhs[rows of g, :]
-// for the local groups g.
-enum TgmmTensor { kTgmmLhs = 0, kTgmmRhs, kTgmmGroupSizes, kTgmmOut, kTgmmNumTensors };
-enum TgmmDim { kTgmmK = 0, kTgmmM, kTgmmN, kTgmmGroups, kTgmmLocalGroups, kTgmmNumDims };
-enum TgmmAttr { kTgmmGroupOffset = 0, kTgmmNumAttrs };
+using sdk::Base;
+using sdk::Bf16ToFloat;
+using sdk::Fail;
+using sdk::Finish;
+using sdk::FloatToBf16;
+using sdk::Guarded;
+using sdk::IsBf16;
+using sdk::Stride;
 
-inline kreg_status Fail(kreg_status code, char* msg, size_t cap, const char* text) {
-  std::snprintf(msg, cap, "%s", text);
-  return code;
-}
 
 // ---- Element access ----------------------------------------------------------
 
-inline bool IsBf16(const DLTensor* t) { return t->dtype.code == kDLBfloat; }
-
-inline char* Base(const DLTensor* t) { return static_cast<char*>(t->data) + t->byte_offset; }
-
-// Stride of dimension d in elements (compact row-major when strides is NULL).
-inline int64_t Stride(const DLTensor* t, int d) {
-  if (t->strides != nullptr) return t->strides[d];
-  int64_t s = 1;
-  for (int i = d + 1; i < t->ndim; ++i) s *= t->shape[i];
-  return s;
-}
-
-inline float Bf16ToFloat(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// Round to nearest even; NaN stays NaN (quietened). As kreg's FloatToBf16.
-inline uint16_t FloatToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
+// IsBf16, Base, Stride, Bf16ToFloat and FloatToBf16 come from the SDK.
 
 // A double rounded to float by round-to-odd: rounding that on to bf16 (8
 // bits) is then the single correct rounding of the double.
@@ -329,23 +297,6 @@ kreg_status ParallelFor(int64_t count, const kreg_host* host, Fn&& fn, int64_t g
 
 // Runs body() and turns any exception into a status: nothing may unwind
 // through the C ABI.
-template <typename Body>
-kreg_status Guarded(char* msg, size_t cap, Body&& body) noexcept {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return Fail(KREG_RESOURCE_EXHAUSTED, msg, cap, "out of memory");
-  } catch (const std::exception& e) {
-    return Fail(KREG_INTERNAL, msg, cap, e.what());
-  } catch (...) {
-    return Fail(KREG_INTERNAL, msg, cap, "unknown exception");
-  }
-}
-
-inline kreg_status Finish(kreg_status status, char* msg, size_t cap) {
-  return status == KREG_OK ? KREG_OK : Fail(status, msg, cap, "cancelled");
-}
-
 }  // namespace kreg::gmm
 
 #endif  // KREG_PLUGINS_GMM_COMMON_H_

@@ -21,15 +21,14 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
-#include "kreg/plugin_abi.h"
+#include "kreg/plugin_sdk.h"
+#include "kreg/topk/layout.h"
 
 namespace kreg::topk {
 
-// The op's tensors, dims and attributes, in the order op.cc declares them
-// (kreg_args holds them in this order).
-enum TensorIndex { kInput = 0, kRowStarts, kRowEnds, kValues, kIndices, kStats, kNumTensors };
-enum DimIndex { kBatch = 0, kN, kK, kNumDims };
-enum AttrIndex { kLargest = 0, kNumAttrs };
+using sdk::Fail;
+using sdk::Finish;
+using sdk::Guarded;
 
 // A typed view of a topk call's kreg_args (see op.cc for the contract):
 // plugin-private, built per call by MakeTopKArgs. Absent optional tensors
@@ -239,27 +238,6 @@ kreg_status SelectRows(const TopKArgs& a, const kreg_host* host, Select&& select
   return KREG_OK;
 }
 
-inline kreg_status Fail(kreg_status code, char* msg, size_t cap, const char* text) {
-  std::snprintf(msg, cap, "%s", text);
-  return code;
-}
-
-// Runs body() (which returns a kreg_status) and turns any exception
-// escaping it — oneTBB rethrows those of its tasks — into a status: nothing
-// may unwind through the C ABI.
-template <typename Body>
-kreg_status Guarded(char* msg, size_t cap, Body&& body) noexcept {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return Fail(KREG_RESOURCE_EXHAUSTED, msg, cap, "out of memory");
-  } catch (const std::exception& e) {
-    return Fail(KREG_INTERNAL, msg, cap, e.what());
-  } catch (...) {
-    return Fail(KREG_INTERNAL, msg, cap, "unknown exception");
-  }
-}
-
 // The check every topk kernel shares: the args are topk's, and on the CPU
 // (the only device these kernels speak). Sees shapes only.
 inline kreg_status CheckTopK(const kreg_config*, const kreg_args* args, const kreg_host* host, char* msg,
@@ -292,11 +270,6 @@ kreg_status GuardedRun(const kreg_config* config, const kreg_args* args, void* /
     MakeTopKArgs(args, &a, msg, cap);
     return Body(a, config, host, msg, cap);
   });
-}
-
-// What a variant's run returns for SelectRows' status.
-inline kreg_status Finish(kreg_status status, char* msg, size_t cap) {
-  return status == KREG_OK ? KREG_OK : Fail(status, msg, cap, "cancelled");
 }
 
 }  // namespace kreg::topk

@@ -59,7 +59,7 @@
 #define KREG_ONEDNN_OMP 1
 #endif
 
-#include "../gmm/common.h"
+#include "../common.h"
 #include "kreg/plugin_abi.h"
 
 namespace kreg::gmm_onednn {
@@ -93,24 +93,17 @@ bool ViewArgs(Op op, const kreg_args* args, View* v, char* msg, size_t cap) {
   return op == Op::kGmm ? ViewGmm(args, v, msg, cap) : ViewTgmm(args, v, msg, cap);
 }
 
+// The SDK's guard, oneDNN's own errors named first.
 template <typename Body>
 kreg_status Guarded(char* msg, size_t cap, Body&& body) noexcept {
-  try {
-    return body();
-  } catch (const dnnl::error& e) {
-    std::snprintf(msg, cap, "oneDNN: %s (status %d)", e.what(), static_cast<int>(e.status));
-    return e.status == dnnl_out_of_memory ? KREG_RESOURCE_EXHAUSTED : KREG_INTERNAL;
-  } catch (const std::bad_alloc&) {
-    return Fail(KREG_RESOURCE_EXHAUSTED, msg, cap, "out of memory");
-  } catch (const std::exception& e) {
-    return Fail(KREG_INTERNAL, msg, cap, e.what());
-  } catch (...) {
-    return Fail(KREG_INTERNAL, msg, cap, "unknown exception");
-  }
-}
-
-kreg_status Finish(kreg_status status, char* msg, size_t cap) {
-  return status == KREG_OK ? KREG_OK : Fail(status, msg, cap, "cancelled");
+  return sdk::Guarded(msg, cap, [&]() -> kreg_status {
+    try {
+      return body();
+    } catch (const dnnl::error& e) {
+      return Fail(e.status == dnnl_out_of_memory ? KREG_RESOURCE_EXHAUSTED : KREG_INTERNAL, msg, cap,
+                  "oneDNN: %s (status %d)", e.what(), static_cast<int>(e.status));
+    }
+  });
 }
 
 // The plugin's own passes between matmuls run on oneDNN's runtime where it

@@ -1,23 +1,15 @@
 // The typed convenience front of op "topk", over the generic call (kreg_args
 // run by a Kernel or a Dispatcher): outputs allocated, arguments laid out.
-// Header-only. The op itself (its layout, validation, reference and
-// semantics) is declared by the topk plugin:
-//
-//   dims     batch, n, k                (in that order)
-//   tensors  input       [batch, n]  f32 | bf16
-//            row_starts  [batch]     i32, optional
-//            row_ends    [batch]     i32, optional
-//            values      [batch, k]  the input's dtype (output)
-//            indices     [batch, k]  i32 (output)
-//            stats       [batch]     i32, optional output (not asked for here)
-//   attrs    largest (int, default 1)
+// Header-only; lives with its family (plugins/topk/include), installed as
+// kreg/topk.h. The op itself (validation, reference and semantics) is
+// declared by the topk plugin; its argument layout is kreg/topk/layout.h.
 //
 //   auto dispatcher = kreg::Dispatcher::Create(**registry, *db);
 //   auto result = kreg::TopK(*dispatcher, logits, /*k=*/64);  // values + indices
 //
 // Thread-safety: the functions are thread-safe on distinct inputs.
-#ifndef KREG_TUNING_DB_TOPK_H_
-#define KREG_TUNING_DB_TOPK_H_
+#ifndef KREG_TOPK_H_
+#define KREG_TOPK_H_
 
 #include <cstdint>
 #include <utility>
@@ -30,6 +22,7 @@
 #include "kreg/plugin_abi.h"
 #include "kreg/registry.h"
 #include "kreg/tensor.h"
+#include "kreg/topk/layout.h"
 
 namespace kreg {
 
@@ -51,9 +44,9 @@ inline constexpr char kOp[] = "topk";
 
 // The op's arguments, pointing at the caller's tensors and `result`.
 struct Call {
-  DLTensor* tensors[6] = {};  // input, row_starts, row_ends, values, indices, stats
-  int64_t dims[3] = {};       // batch, n, k
-  kreg_scalar attrs[1] = {};  // largest
+  DLTensor* tensors[topk::kNumTensors] = {};
+  int64_t dims[topk::kNumDims] = {};
+  kreg_scalar attrs[topk::kNumAttrs] = {};
   kreg_args args{};
 };
 
@@ -78,25 +71,25 @@ inline absl::Status Prepare(const Tensor& input, int64_t k, const TopKOptions& o
   result->indices = *std::move(indices);
   // Inputs are only read (kreg_args' contract); the ABI's pointers are not const.
   auto in = [](const Tensor* t) { return t == nullptr ? nullptr : const_cast<DLTensor*>(t->dl()); };
-  call->tensors[0] = in(&input);
-  call->tensors[1] = in(options.row_starts);
-  call->tensors[2] = in(options.row_ends);
-  call->tensors[3] = result->values.dl();
-  call->tensors[4] = result->indices.dl();
-  call->tensors[5] = nullptr;  // stats: not asked for
-  call->dims[0] = batch;
-  call->dims[1] = n;
-  call->dims[2] = k;
-  call->attrs[0].i = options.largest ? 1 : 0;
+  call->tensors[topk::kInput] = in(&input);
+  call->tensors[topk::kRowStarts] = in(options.row_starts);
+  call->tensors[topk::kRowEnds] = in(options.row_ends);
+  call->tensors[topk::kValues] = result->values.dl();
+  call->tensors[topk::kIndices] = result->indices.dl();
+  call->tensors[topk::kStats] = nullptr;  // not asked for
+  call->dims[topk::kBatch] = batch;
+  call->dims[topk::kN] = n;
+  call->dims[topk::kK] = k;
+  call->attrs[topk::kLargest].i = options.largest ? 1 : 0;
   call->args = {};
   call->args.struct_size = sizeof(kreg_args);
   call->args.flags = 0;
   call->args.tensors = call->tensors;
-  call->args.num_tensors = 6;
+  call->args.num_tensors = topk::kNumTensors;
   call->args.dims = call->dims;
-  call->args.num_dims = 3;
+  call->args.num_dims = topk::kNumDims;
   call->args.attrs = call->attrs;
-  call->args.num_attrs = 1;
+  call->args.num_attrs = topk::kNumAttrs;
   return absl::OkStatus();
 }
 
@@ -133,4 +126,4 @@ inline absl::StatusOr<TopKResult> TopK(const Dispatcher& dispatcher, const Tenso
 
 }  // namespace kreg
 
-#endif  // KREG_TUNING_DB_TOPK_H_
+#endif  // KREG_TOPK_H_
