@@ -26,6 +26,7 @@ namespace kreg::gmm {
 
 using sdk::Base;
 using sdk::Bf16ToFloat;
+using sdk::Cancelled;
 using sdk::Fail;
 using sdk::Finish;
 using sdk::FloatToBf16;
@@ -272,11 +273,6 @@ inline kreg_status CheckCpu(const kreg_args* args, const kreg_host* host, char* 
     }
   }
   return KREG_OK;
-}
-
-inline bool Cancelled(const kreg_host* host) {
-  return host != nullptr && KREG_HAS_FIELD(host, kreg_host, cancelled) && host->cancelled != nullptr &&
-         host->cancelled(host->ctx) != 0;
 }
 
 // Runs fn(i) for i in [0, count) on oneTBB, honouring cancellation.

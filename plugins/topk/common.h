@@ -26,6 +26,7 @@
 
 namespace kreg::topk {
 
+using sdk::Cancelled;
 using sdk::Fail;
 using sdk::Finish;
 using sdk::Guarded;
@@ -141,11 +142,6 @@ inline void WriteRow(const TopKArgs& a, int64_t r, const int32_t* cols, int64_t 
   }
   if (idx != cols) std::memmove(idx, cols, sizeof(int32_t) * count);
   for (int64_t j = count; j < a.k; ++j) idx[j] = -1;
-}
-
-inline bool Cancelled(const kreg_host* host) {
-  return host != nullptr && KREG_HAS_FIELD(host, kreg_host, cancelled) && host->cancelled != nullptr &&
-         host->cancelled(host->ctx);
 }
 
 // Runs fn(r) for every row, rows in parallel on oneTBB, honouring

@@ -55,10 +55,18 @@ kreg_status Guarded(char* msg, size_t cap, Body&& body) noexcept {
   }
 }
 
-// A run's status once its parallel loop returned: only cancellation (the
-// host's cancel flag) stops a loop early, so anything but OK says so.
+// A run's status once its parallel loop returned: only cancellation
+// (Cancelled) stops a loop early, so anything but OK says so.
 inline kreg_status Finish(kreg_status status, char* msg, size_t cap) {
   return status == KREG_OK ? KREG_OK : Fail(status, msg, cap, "cancelled");
+}
+
+// Whether the host asked the running kernel to stop (Ctrl-C, a tuner's
+// timeout): a long loop asks between pieces of work and returns
+// KREG_CANCELLED (Finish says so).
+inline bool Cancelled(const kreg_host* host) {
+  return host != nullptr && KREG_HAS_FIELD(host, kreg_host, cancelled) && host->cancelled != nullptr &&
+         host->cancelled(host->ctx);
 }
 
 // ---- Tensors -------------------------------------------------------------------
