@@ -14,6 +14,7 @@
 #ifndef KREG_TUNING_DB_DISPATCH_H_
 #define KREG_TUNING_DB_DISPATCH_H_
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -34,6 +35,13 @@ struct DispatchResult {
   std::string config;      // "name=value ..."
   Match match = Match::kDefault;
   std::string data_class;  // the data class the table was asked with ("" for none)
+  // The same kernel and configuration as objects, owned by the Dispatcher
+  // (valid while it lives).
+  const Kernel* ran = nullptr;
+  const Config* ran_config = nullptr;
+  // The thread count the table's answer was fastest with (0: all); Run ran
+  // it with no more.
+  int threads = 0;
 };
 
 class Dispatcher {
@@ -47,10 +55,19 @@ class Dispatcher {
   static absl::StatusOr<Dispatcher> Create(const Registry& registry, Lut lut, std::string machine_id = "",
                                            std::string data_class = "");
 
+  Dispatcher(Dispatcher&& other) noexcept;
+  Dispatcher& operator=(Dispatcher&& other) noexcept;
+  ~Dispatcher();
+
   // Runs op `op` on `args`: validates them (Op::Validate), keys them
   // (Op::KeyOf), takes the data class (the override given to Create, else
   // the op's classifier, asked per call), asks the table (Lut::Query) and
-  // runs its answer. With options.device (a GPU; args flagged
+  // runs its answer. The answer is remembered per call shape (op, dims,
+  // attributes, tensors present and their dtypes, data class, device,
+  // threads asked; up to kMemoEntries shapes, then forgotten all at once):
+  // a shape asked again costs the validation, its classifier and a hash
+  // lookup, and the table, never changed once built, answers the same.
+  // With options.device (a GPU; args flagged
   // KREG_ARGS_ON_DEVICE, their tensors in its memory) the table is asked
   // for that GPU (GpuMachine of it) and answers with its CUDA kernels.
   // Kernels that dispatch sub-ops (composite ops) have them
@@ -62,19 +79,24 @@ class Dispatcher {
 
   // The op called `name`, or nullptr.
   const Op* FindOp(absl::string_view name) const;
+
+  // The most call shapes whose answers Run remembers.
+  static constexpr size_t kMemoEntries = 4096;
   const Lut& lut() const { return lut_; }
   const std::string& machine_id() const { return machine_id_; }
 
  private:
   using OpMap = std::map<std::string, std::shared_ptr<const Op>, std::less<>>;
-  Dispatcher(Lut lut, OpMap ops, std::string machine_id, std::string data_class)
-      : lut_(std::move(lut)),
-        ops_(std::move(ops)),
-        machine_id_(std::move(machine_id)),
-        data_class_(std::move(data_class)) {}
+  struct Memo;  // dispatch.cc
+  Dispatcher(Lut lut, OpMap ops, std::string machine_id, std::string data_class);
+  // The table's answer for `op` on `args` (their key, data class and
+  // options), remembered.
+  absl::StatusOr<DispatchResult> Answer(const Op& op, const kreg_args& args, std::string data_class,
+                                        const RunOptions& options) const;
   Lut lut_;
   OpMap ops_;
   std::string machine_id_, data_class_;
+  std::unique_ptr<Memo> memo_;  // never null; a moved Dispatcher starts a new one
 };
 
 }  // namespace kreg
