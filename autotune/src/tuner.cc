@@ -708,7 +708,7 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   // The thread round, where the sweep ran on every core it may use and
   // they are several.
   const int available = ThreadsAvailable(0);
-  const int cores = available > 0 ? available : static_cast<int>(ThisMachine().cores());
+  const int cores = available > 0 ? available : static_cast<int>(HostMachine().cores);
   if (complete && request.thread_round && request.threads == 0 && request.comm == nullptr && !op.collective() &&
       !on_device && cores > 1) {
     complete = sweep.ThreadRound(cores, request.search.budget_seconds);
@@ -723,10 +723,6 @@ absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& req
   result.seconds = sweep.Elapsed();
   if (const tuning::Entry* entry = db->FindEntry(key); entry != nullptr) result.entry = *entry;
   return result;
-}
-
-tuning::Machine MachineOf(const GpuInfo& gpu) {
-  return GpuMachine(gpu.name, gpu.sm, gpu.num_sms, gpu.memory_bytes, gpu.driver);
 }
 
 }  // namespace kreg

@@ -1,8 +1,6 @@
 #include "kreg/registry.h"
 
-#include <cpuid.h>
 #include <dlfcn.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -88,68 +86,6 @@ absl::Status FromAbi(kreg_status code, absl::string_view message) {
 
 namespace {
 
-struct IsaName {
-  uint32_t bit;
-  const char* name;
-};
-constexpr IsaName kIsaNames[] = {
-    {KREG_ISA_AVX2, "avx2"},           {KREG_ISA_FMA, "fma"},
-    {KREG_ISA_AVX512F, "avx512f"},     {KREG_ISA_AVX512BW, "avx512bw"},
-    {KREG_ISA_AVX512VL, "avx512vl"},   {KREG_ISA_AVX512DQ, "avx512dq"},
-    {KREG_ISA_AVX512BF16, "avx512bf16"}, {KREG_ISA_AVX512VNNI, "avx512vnni"},
-    {KREG_ISA_AVX512FP16, "avx512fp16"}, {KREG_ISA_AMX_TILE, "amx_tile"},
-    {KREG_ISA_AMX_BF16, "amx_bf16"},   {KREG_ISA_AMX_INT8, "amx_int8"},
-};
-
-// AMX: CPUID says the unit exists, XCR0 that the OS saves tile state, and the
-// kernel must grant this process the tile data (Linux >= 5.16).
-uint32_t DetectAmx() {
-  unsigned eax, ebx, ecx, edx;
-  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
-  uint32_t bits = 0;
-  if (edx & (1u << 24)) bits |= KREG_ISA_AMX_TILE;
-  if (edx & (1u << 22)) bits |= KREG_ISA_AMX_BF16;
-  if (edx & (1u << 25)) bits |= KREG_ISA_AMX_INT8;
-  if (bits == 0) return 0;
-  unsigned xcr0_lo, xcr0_hi;
-  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  if ((xcr0_lo & (3u << 17)) != (3u << 17)) return 0;  // XTILECFG, XTILEDATA
-  constexpr long kArchReqXcompPerm = 0x1023;
-  constexpr long kXfeatureXtileData = 18;
-  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) != 0) return 0;
-  return bits;
-}
-
-uint32_t DetectIsa() {
-  uint32_t bits = 0;
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) bits |= KREG_ISA_AVX2;
-  if (__builtin_cpu_supports("fma")) bits |= KREG_ISA_FMA;
-  if (__builtin_cpu_supports("avx512f")) bits |= KREG_ISA_AVX512F;
-  if (__builtin_cpu_supports("avx512bw")) bits |= KREG_ISA_AVX512BW;
-  if (__builtin_cpu_supports("avx512vl")) bits |= KREG_ISA_AVX512VL;
-  if (__builtin_cpu_supports("avx512dq")) bits |= KREG_ISA_AVX512DQ;
-  if (__builtin_cpu_supports("avx512bf16")) bits |= KREG_ISA_AVX512BF16;
-  if (__builtin_cpu_supports("avx512vnni")) bits |= KREG_ISA_AVX512VNNI;
-#if !defined(__clang__) || __clang_major__ >= 16  // older clang does not know the name
-  if (__builtin_cpu_supports("avx512fp16")) bits |= KREG_ISA_AVX512FP16;
-#endif
-  // Lets tests and users pretend the CPU lacks extensions, e.g.
-  // KREG_ISA_MASK=avx2,fma to see what a machine without AVX-512 would run.
-  uint32_t allowed = KREG_ISA_KNOWN_MASK;
-  if (const char* mask = std::getenv("KREG_ISA_MASK")) {
-    allowed = 0;
-    for (absl::string_view name : absl::StrSplit(mask, ',', absl::SkipEmpty())) {
-      for (const IsaName& isa : kIsaNames) {
-        if (name == isa.name) allowed |= isa.bit;
-      }
-    }
-  }
-  // AMX permission is asked for only when AMX is not masked away.
-  if (allowed & (KREG_ISA_AMX_TILE | KREG_ISA_AMX_BF16 | KREG_ISA_AMX_INT8)) bits |= DetectAmx();
-  return bits & allowed;
-}
-
 bool IsIdentifier(const char* s) {
   if (s == nullptr || *s == '\0') return false;
   for (; *s; ++s) {
@@ -174,22 +110,6 @@ struct HostCallbacks {
 };
 
 }  // namespace
-
-uint32_t CpuIsa() {
-  static const uint32_t bits = DetectIsa();
-  return bits;
-}
-
-std::string IsaString(uint32_t bits) {
-  std::vector<std::string> names;
-  for (const IsaName& isa : kIsaNames) {
-    if (bits & isa.bit) names.push_back(isa.name);
-  }
-  if (bits & ~static_cast<uint32_t>(KREG_ISA_KNOWN_MASK)) {
-    names.push_back(absl::StrCat("unknown(0x", absl::Hex(bits & ~KREG_ISA_KNOWN_MASK), ")"));
-  }
-  return names.empty() ? "none" : absl::StrJoin(names, ",");
-}
 
 // ---- Workspace -----------------------------------------------------------------
 

@@ -631,8 +631,8 @@ void Lut::Impl::AddMeasuredDefaults(
     const absl::flat_hash_map<std::string, std::shared_ptr<const Kernel>>& by_name) {
   // The machines' order of preference for a default's configuration: this
   // one, the similar ones, then the rest by id.
-  std::vector<std::string> preference = {ThisMachine().id()};
-  if (auto it = similar.find(ThisMachine().id()); it != similar.end()) {
+  std::vector<std::string> preference = {HostMachine().id};
+  if (auto it = similar.find(HostMachine().id); it != similar.end()) {
     preference.insert(preference.end(), it->second.begin(), it->second.end());
   }
   auto rank_of = [&](const std::string& id) {

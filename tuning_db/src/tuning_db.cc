@@ -6,12 +6,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 #include <tuple>
 
-#include <sched.h>
 #include <unistd.h>
-#include <sys/utsname.h>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
@@ -46,54 +43,6 @@ uint64_t Fnv1a(absl::string_view s) {
     h *= 0x100000001b3ull;
   }
   return h;
-}
-
-// The fields of /proc/cpuinfo's first processor kreg fingerprints.
-struct CpuInfo {
-  std::string model_name = "unknown";
-  std::string vendor;
-  uint32_t family = 0, model = 0;
-};
-
-CpuInfo ReadCpuInfo() {
-  CpuInfo info;
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  bool seen_model = false, seen_vendor = false, seen_family = false, seen_number = false;
-  while (std::getline(in, line)) {
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    const absl::string_view name = absl::StripAsciiWhitespace(absl::string_view(line).substr(0, colon));
-    const std::string value(absl::StripAsciiWhitespace(absl::string_view(line).substr(colon + 1)));
-    uint32_t number = 0;
-    if (name == "model name" && !seen_model && !value.empty()) {
-      info.model_name = value;
-      seen_model = true;
-    } else if ((name == "vendor_id" || name == "CPU implementer") && !seen_vendor) {
-      info.vendor = value;
-      seen_vendor = true;
-    } else if (name == "cpu family" && !seen_family && absl::SimpleAtoi(value, &number)) {
-      info.family = number;
-      seen_family = true;
-    } else if ((name == "model" || name == "CPU part") && !seen_number &&
-               (absl::SimpleAtoi(value, &number) || absl::SimpleHexAtoi(value, &number))) {
-      info.model = number;
-      seen_number = true;
-    }
-  }
-  return info;
-}
-
-// The widest vector ISA a machine record names: "amx", "avx512", "avx2" or
-// "sse".
-std::string WidestIsa(const tuning::Machine& machine) {
-  auto has = [&](absl::string_view name) {
-    return std::find(machine.isa().begin(), machine.isa().end(), name) != machine.isa().end();
-  };
-  if (has("amx_tile")) return "amx";
-  if (has("avx512f")) return "avx512";
-  if (has("avx2")) return "avx2";
-  return "sse";
 }
 
 // A parameter value as text: "11", "5,8,12", "partial_sort".
@@ -262,160 +211,7 @@ absl::StatusOr<std::string> FileBytes(const tuning::Database& db, const std::str
 
 }  // namespace
 
-// ---- Machines ----------------------------------------------------------------
-
-std::string FingerprintId(const tuning::Machine& machine) {
-  if (machine.has_gpu()) {
-    const tuning::Gpu& g = machine.gpu();
-    return absl::StrFormat("%s%016x", kGpuIdPrefix,
-                           Fnv1a(absl::StrCat("cuda\n", g.name(), "\n", g.sm(), "\n", g.memory_bytes(), "\n", g.driver())));
-  }
-  std::string text = absl::StrCat(machine.cpu_model(), "\n", absl::StrJoin(machine.isa(), ","),
-                                  "\n", machine.cores());
-  if (!machine.vendor().empty()) {
-    absl::StrAppend(&text, "\n", machine.vendor(), "\n", machine.arch(), "\n", machine.family(), "\n",
-                    machine.model());
-  }
-  return absl::StrFormat("%016x", Fnv1a(text));
-}
-
 std::string TrialId(const tuning::Trial& trial) { return TrialIdOf(trial); }
-
-int ThreadsAvailable(int num_threads) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-  const int cores = static_cast<int>(ThisMachine().cores());
-  if (cpus <= 0 || cpus > cores) cpus = cores;
-  const int threads = num_threads > 0 ? std::min(num_threads, cpus) : cpus;
-  return threads >= cores ? 0 : threads;
-}
-
-const tuning::Machine& ThisMachine() {
-  static const tuning::Machine* const machine = [] {
-    auto* m = new tuning::Machine;
-    const CpuInfo cpu = ReadCpuInfo();
-    m->set_cpu_model(cpu.model_name);
-    uint32_t isa = CpuIsa();
-    if (isa != 0) {
-      for (absl::string_view name : absl::StrSplit(IsaString(isa), ',')) {
-        m->add_isa(std::string(name));
-      }
-    }
-    m->set_cores(std::max(1u, std::thread::hardware_concurrency()));
-    struct utsname uts;
-    m->set_vendor(cpu.vendor.empty() ? "unknown" : cpu.vendor);
-    m->set_arch(uname(&uts) == 0 ? uts.machine : "unknown");
-    m->set_family(cpu.family);
-    m->set_model(cpu.model);
-    m->set_id(FingerprintId(*m));
-    return m;
-  }();
-  return *machine;
-}
-
-tuning::Machine GpuMachine(absl::string_view name, int sm, int num_sms, uint64_t memory_bytes,
-                           absl::string_view driver) {
-  tuning::Machine m;
-  tuning::Gpu* g = m.mutable_gpu();
-  g->set_name(std::string(name));
-  g->set_sm(static_cast<uint32_t>(std::max(sm, 0)));
-  g->set_num_sms(static_cast<uint32_t>(std::max(num_sms, 0)));
-  g->set_memory_bytes(memory_bytes);
-  g->set_driver(std::string(driver));
-  m.set_id(FingerprintId(m));
-  return m;
-}
-
-tuning::Machine GpuMachine(const kreg_device& device) {
-  const int v = KREG_HAS_FIELD(&device, kreg_device, driver_version) ? device.driver_version : 0;
-  return GpuMachine(device.name != nullptr ? device.name : "", device.sm, device.num_sms, device.memory_bytes,
-                    absl::StrCat(v / 1000, ".", v % 1000 / 10));
-}
-
-bool IsGpuMachineId(absl::string_view id) { return absl::StartsWith(id, kGpuIdPrefix); }
-
-std::string MachineVendor(const tuning::Machine& machine) {
-  if (!machine.vendor().empty()) return machine.vendor();
-  // Records from before kreg kept the vendor: the model name says it.
-  if (absl::StrContains(machine.cpu_model(), "AMD")) return "AuthenticAMD";
-  if (absl::StrContains(machine.cpu_model(), "Intel")) return "GenuineIntel";
-  return "";
-}
-
-std::string MachineArch(const tuning::Machine& machine) {
-  if (!machine.arch().empty()) return machine.arch();
-  const std::string vendor = MachineVendor(machine);
-  return vendor == "AuthenticAMD" || vendor == "GenuineIntel" ? "x86_64" : "";
-}
-
-std::string MicroArch(const tuning::Machine& machine) {
-  const uint32_t f = machine.family(), m = machine.model();
-  if (machine.vendor() == "AuthenticAMD") {
-    if (f == 0x17) return m < 0x30 ? "zen" : "zen2";
-    if (f == 0x19) return (m >= 0x10 && m <= 0x1f) || (m >= 0x60 && m <= 0xaf) ? "zen4" : "zen3";
-    if (f == 0x1a) return "zen5";
-  } else if (machine.vendor() == "GenuineIntel" && f == 6) {
-    switch (m) {
-      case 0x3f: return "haswell";
-      case 0x4f: case 0x56: return "broadwell";
-      case 0x55: return "skylake-x";
-      case 0x6a: case 0x6c: return "icelake-x";
-      case 0x7d: case 0x7e: return "icelake";
-      case 0x8c: case 0x8d: return "tigerlake";
-      case 0x8f: return "sapphirerapids";
-      case 0x97: case 0x9a: return "alderlake";
-      case 0xad: case 0xae: return "graniterapids";
-      case 0xaf: return "sierraforest";
-      case 0xb7: case 0xba: case 0xbf: return "raptorlake";
-      case 0xcf: return "emeraldrapids";
-      default: break;
-    }
-  }
-  if (machine.vendor().empty() || machine.vendor() == "unknown") return "";
-  return absl::StrCat("family ", machine.family(), " model ", machine.model());
-}
-
-std::string MachineSummary(const tuning::Machine& machine) {
-  if (machine.has_gpu()) {
-    const tuning::Gpu& g = machine.gpu();
-    return absl::StrFormat("%s, sm_%d, %.0f GiB, driver CUDA %s", g.name(), g.sm(),
-                           static_cast<double>(g.memory_bytes()) / (1ull << 30), g.driver());
-  }
-  std::vector<std::string> parts = {machine.cpu_model()};
-  if (std::string uarch = MicroArch(machine); !uarch.empty()) parts.push_back(std::move(uarch));
-  parts.push_back(machine.isa().empty() ? "no vector ISA" : WidestIsa(machine));
-  parts.push_back(absl::StrCat(machine.cores(), machine.cores() == 1 ? " core" : " cores"));
-  return absl::StrJoin(parts, ", ");
-}
-
-std::string MachineClass(const tuning::Machine& machine) {
-  // The model without its marks, clock and generic words ("Intel(R)
-  // Xeon(R) Processor", "... CPU @ 2.60GHz"), then the generation, the
-  // widest ISA and the cores, as one lower-case slug.
-  // A GPU: its name and SM version ("nvidia-h100-80gb-hbm3-sm90").
-  std::string model = absl::AsciiStrToLower(machine.has_gpu() ? machine.gpu().name() : machine.cpu_model());
-  model = model.substr(0, model.find('@'));
-  absl::StrReplaceAll({{"(r)", " "}, {"(tm)", " "}}, &model);
-  std::vector<std::string> words;
-  for (absl::string_view word : absl::StrSplit(model, absl::ByAnyChar(" -_,()/"), absl::SkipEmpty())) {
-    if (word != "processor" && word != "cpu") words.emplace_back(word);
-  }
-  std::string text = machine.has_gpu()
-                         ? absl::StrCat(absl::StrJoin(words, "-"), "-sm", machine.gpu().sm())
-                         : absl::AsciiStrToLower(absl::StrCat(absl::StrJoin(words, "-"), "-", MicroArch(machine), "-",
-                                                              WidestIsa(machine), "-", machine.cores(), "c"));
-  std::string out;
-  for (char c : text) {
-    if (absl::ascii_isalnum(c)) {
-      out.push_back(c);
-    } else if (!out.empty() && out.back() != '-') {
-      out.push_back('-');
-    }
-  }
-  while (!out.empty() && out.back() == '-') out.pop_back();
-  return out;
-}
 
 // ---- Keys and configurations --------------------------------------------------
 
