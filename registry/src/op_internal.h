@@ -1,5 +1,5 @@
-// What the Op's files share (op.cc, op_values.cc, op_args.cc). Private to
-// the registry.
+// What the Op's files share (op.cc, op_values.cc, op_args.cc), and the
+// loader (registry.cc) with them. Private to the registry.
 #ifndef KREG_REGISTRY_SRC_OP_INTERNAL_H_
 #define KREG_REGISTRY_SRC_OP_INTERNAL_H_
 

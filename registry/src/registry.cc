@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <set>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -18,6 +17,7 @@
 #include "kreg/log.h"
 #include "load_guard.h"
 #include "loaded_plugin.h"
+#include "op_internal.h"
 
 #ifndef KREG_INSTALL_PLUGIN_DIR
 #define KREG_INSTALL_PLUGIN_DIR ""
@@ -29,6 +29,7 @@
 namespace kreg {
 
 namespace fs = std::filesystem;
+using op_internal::IsIdentifier;
 
 LoadedPlugin::LoadedPlugin(std::string path, void* handle, const kreg_plugin* table)
     : path_(std::move(path)), handle_(handle), table_(table), name_(table->name),
@@ -41,14 +42,6 @@ LoadedPlugin::~LoadedPlugin() {
 
 
 namespace {
-
-bool IsIdentifier(const char* s) {
-  if (s == nullptr || *s == '\0') return false;
-  for (; *s; ++s) {
-    if (!absl::ascii_islower(*s) && !absl::ascii_isdigit(*s) && *s != '_') return false;
-  }
-  return true;
-}
 
 std::string Quoted(const char* s) { return s ? absl::StrCat("'", s, "'") : "NULL"; }
 
