@@ -121,19 +121,6 @@ std::string CollectiveDataClass(absl::string_view backend, int nodes) {
 
 std::string CollectiveDataClass(const Comm& comm) { return CollectiveDataClass(comm.backend(), comm.nodes()); }
 
-std::vector<std::string> BackendModulePaths(const char* file, const char* env_var) {
-  if (const char* env = std::getenv(env_var); env != nullptr && *env != '\0') return {env};
-  std::vector<std::string> candidates;
-  if (!InstallPrefix().empty()) {
-    candidates.push_back(absl::StrCat(InstallPrefix(), "/", KREG_INSTALL_BACKEND_SUBDIR, "/", file));
-  }
-  std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) candidates.push_back((exe.parent_path().parent_path() / "lib/kreg/backends" / file).string());
-  candidates.push_back(absl::StrCat(KREG_INSTALL_BACKEND_DIR, "/", file));
-  return candidates;
-}
-
 absl::StatusOr<std::unique_ptr<Comm>> LoadMpiComm(const CommOptions& options) {
   const std::vector<std::string> candidates = BackendModulePaths("kreg_mpi.so", "KREG_MPI_BACKEND");
   std::string tried;

@@ -1,14 +1,14 @@
 // The CUDA device backend: a module (kreg_cuda_backend.so) over the CUDA runtime,
 // linked statically, so neither the host nor a machine without CUDA needs
 // its libraries. Built wherever the CUDA toolkit is found; where no driver
-// or GPU is present, count() says why. See cuda_backend.h.
+// or GPU is present, count() says why. See kreg/cuda_backend.h.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
 #include <cstring>
 #include <new>
 
-#include "cuda_backend.h"
+#include "kreg/cuda_backend.h"
 
 namespace {
 

@@ -1,13 +1,8 @@
 #include "kreg/device.h"
 
-#include <dlfcn.h>
-
-#include <filesystem>
-#include <mutex>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "cuda_backend.h"
+#include "kreg/cuda_backend.h"
 #include "kreg/comm.h"
 
 namespace kreg {
@@ -19,32 +14,17 @@ struct Device::Backend {
 
 namespace {
 
-// The module, loaded once for the process's life.
+// The module (kreg/machine.h: CudaBackend), loaded once for the process's
+// life.
 const Device::Backend& TheBackend() {
   static const Device::Backend* const backend = [] {
     auto* b = new Device::Backend;
-    std::string tried;
-    for (const std::string& path : BackendModulePaths("kreg_cuda_backend.so", "KREG_CUDA_BACKEND")) {
-      if (!std::filesystem::exists(path)) {
-        absl::StrAppend(&tried, tried.empty() ? "" : ", ", path);
-        continue;
-      }
-      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (handle == nullptr) {
-        b->status = absl::UnavailableError(absl::StrCat("cuda backend: ", dlerror()));
-        return b;
-      }
-      using Entry = const kreg_cuda_backend* (*)();
-      auto entry = reinterpret_cast<Entry>(dlsym(handle, "kreg_cuda_backend_v1"));
-      b->table = entry != nullptr ? entry() : nullptr;
-      if (b->table == nullptr || b->table->struct_size < sizeof(kreg_cuda_backend)) {
-        b->table = nullptr;
-        b->status = absl::UnavailableError(absl::StrCat("cuda backend: ", path, " is not kreg's CUDA backend"));
-      }
-      return b;
+    absl::StatusOr<const kreg_cuda_backend*> table = CudaBackend();
+    if (table.ok()) {
+      b->table = *table;
+    } else {
+      b->status = table.status();
     }
-    b->status = absl::UnavailableError(absl::StrCat(
-        "the CUDA backend is not installed (kreg was built without the CUDA toolkit): looked for ", tried));
     return b;
   }();
   return *backend;
@@ -55,37 +35,7 @@ absl::Status Check(int rc, const char* msg, absl::StatusCode code = absl::Status
   return rc == 0 ? absl::OkStatus() : absl::Status(code, msg[0] != '\0' ? msg : "the CUDA backend failed");
 }
 
-std::string CudaVersion(int v) { return absl::StrCat(v / 1000, ".", v % 1000 / 10); }
-
-GpuInfo FromModule(int ordinal, const kreg_gpu_info& g) {
-  return GpuInfo{ordinal,        g.name, g.sm, g.num_sms, g.memory_bytes, g.l2_bytes, CudaVersion(g.driver_version),
-                 CudaVersion(g.runtime_version)};
-}
-
 }  // namespace
-
-absl::StatusOr<std::vector<GpuInfo>> CudaDevices() {
-  // Asked once per process: CanRun asks for every CUDA kernel it is shown.
-  static const absl::StatusOr<std::vector<GpuInfo>>* const found = []() -> absl::StatusOr<std::vector<GpuInfo>>* {
-    const Device::Backend& b = TheBackend();
-    if (b.table == nullptr) return new absl::StatusOr<std::vector<GpuInfo>>(b.status);
-    char msg[512] = "";
-    int n = 0;
-    if (absl::Status s = Check(b.table->count(&n, msg, sizeof msg), msg); !s.ok()) {
-      return new absl::StatusOr<std::vector<GpuInfo>>(s);
-    }
-    std::vector<GpuInfo> gpus;
-    for (int i = 0; i < n; ++i) {
-      kreg_gpu_info g{};
-      if (absl::Status s = Check(b.table->describe(i, &g, msg, sizeof msg), msg); !s.ok()) {
-        return new absl::StatusOr<std::vector<GpuInfo>>(s);
-      }
-      gpus.push_back(FromModule(i, g));
-    }
-    return new absl::StatusOr<std::vector<GpuInfo>>(std::move(gpus));
-  }();
-  return *found;
-}
 
 absl::Status CanRun(const Kernel& kernel) {
   if (kernel.device() == KREG_DEVICE_CUDA) {

@@ -108,6 +108,29 @@ absl::Status SameEverywhere(Comm& comm, const Kernel& kernel, const Config& conf
   return absl::OkStatus();
 }
 
+// Whether the running median has settled: the medians after each sample
+// (appended to *medians), the last three of at least five within 1%.
+bool Settled(const std::vector<double>& times, std::vector<double>* medians) {
+  std::vector<double> sorted = times;
+  std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+  medians->push_back(sorted[sorted.size() / 2]);
+  const size_t k = medians->size();
+  if (k < 5) return false;
+  const auto [lo, hi] = std::minmax({(*medians)[k - 1], (*medians)[k - 2], (*medians)[k - 3]});
+  return hi <= lo * 1.01;
+}
+
+// An OK measurement of `times`: their median, min, max and count.
+void Summarize(std::vector<double> times, Measurement* m) {
+  std::sort(times.begin(), times.end());
+  const size_t n = times.size();
+  m->status = TrialStatus::kOk;
+  m->median_ns = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  m->min_ns = times.front();
+  m->max_ns = times.back();
+  m->reps = static_cast<int>(n);
+}
+
 }  // namespace
 
 Measurement MeasureKernel(const Kernel& kernel, const Config& config, const std::vector<Problem*>& problems,
@@ -214,14 +237,7 @@ Measurement MeasureKernel(const Kernel& kernel, const Config& config, const std:
       if (!ranks.Share(&m, &ns)) return m;  // ns: the slowest rank's
       times.push_back(ns);
       timed_ns += ns;
-      std::vector<double> sorted = times;
-      std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
-      medians.push_back(sorted[sorted.size() / 2]);
-      const size_t k = medians.size();
-      if (k >= 5) {
-        const auto [lo, hi] = std::minmax({medians[k - 1], medians[k - 2], medians[k - 3]});
-        if (hi <= lo * 1.01) break;
-      }
+      if (Settled(times, &medians)) break;
       if (i >= 2 && timed_ns * 1e-9 > options.max_seconds) break;
     }
   }
@@ -229,13 +245,7 @@ Measurement MeasureKernel(const Kernel& kernel, const Config& config, const std:
   for (Problem* p : problems) {
     if (failed(p->CheckGuards(), TrialStatus::kWrongResult)) return m;
   }
-  std::sort(times.begin(), times.end());
-  const size_t n = times.size();
-  m.status = TrialStatus::kOk;
-  m.median_ns = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
-  m.min_ns = times.front();
-  m.max_ns = times.back();
-  m.reps = static_cast<int>(n);
+  Summarize(std::move(times), &m);
   return m;
 }
 

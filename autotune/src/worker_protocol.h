@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kreg/autotune.h"
@@ -40,6 +41,25 @@ Measurement MeasurementFromReply(const worker::Reply& reply);
 // `expected` candidates: one Legality per candidate, or kError for each when
 // the reply is not a Checked of that many.
 std::vector<Legality> LegalityFromReply(const worker::Reply& reply, size_t expected);
+
+// Writes all of `s` to `fd` (retrying after signals); false when it could
+// not.
+bool WriteAll(int fd, const std::string& s);
+
+// Name-value pairs (a kernel's parameters) as the protocol carries them.
+void ToPairs(const std::vector<std::pair<std::string, std::string>>& pairs,
+             google::protobuf::RepeatedPtrField<worker::Pair>* out);
+std::vector<std::pair<std::string, std::string>> FromPairs(
+    const google::protobuf::RepeatedPtrField<worker::Pair>& pairs);
+
+// A measurement's status as a Done reply carries it, and back.
+worker::Reply::Done::Status ToProto(TrialStatus s);
+TrialStatus FromProto(worker::Reply::Done::Status s);
+
+// The key of a candidate in a set of those that passed their check: every
+// part framed by its length, so no byte in a name or value can make two
+// keys collide.
+std::string CandidateKey(const std::string& name, const Params& params);
 
 // The worker's answer to a Check request: one Legality per candidate in
 // `check`, appended to *checked — each candidate's parameters parsed for

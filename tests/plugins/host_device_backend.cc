@@ -1,5 +1,5 @@
 // A stand-in for the CUDA device backend (kreg_cuda_backend.so, see
-// backends/cuda_backend.h) whose "GPU" is this process's memory: copies are
+// kreg/cuda_backend.h) whose "GPU" is this process's memory: copies are
 // memcpy, the stream does nothing, timing is the host clock. With
 // KREG_CUDA_BACKEND pointing at it, kreg's device path (DeviceCall, --device
 // cuda, tuning and dispatch under a GPU's key) runs where there is no GPU,
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backends/cuda_backend.h"
+#include "kreg/cuda_backend.h"
 
 namespace {
 

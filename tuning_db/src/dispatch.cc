@@ -21,7 +21,7 @@ absl::StatusOr<Dispatcher> Dispatcher::Create(const Registry& registry, const Tu
 
 absl::StatusOr<Dispatcher> Dispatcher::Create(const Registry& registry, Lut lut, std::string machine_id,
                                               std::string data_class) {
-  if (machine_id.empty()) machine_id = ThisMachine().id();
+  if (machine_id.empty()) machine_id = HostMachine().id;
   OpMap ops;
   for (std::shared_ptr<const Op>& op : registry.Ops()) {
     std::string name = op->name();

@@ -177,10 +177,6 @@ absl::StatusOr<std::vector<SharedResult>> TuneAcross(const Registry& registry, c
 // The tool version written into entries ("kreg 0.1.0").
 const char* ToolVersion();
 
-// A GPU as a table's machine (GpuMachine of its name, SM version, SM count,
-// memory and driver).
-tuning::Machine MachineOf(const GpuInfo& gpu);
-
 }  // namespace kreg
 
 #endif  // KREG_AUTOTUNE_TUNER_H_

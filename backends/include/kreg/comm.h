@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kreg/machine.h"  // BackendModulePaths
 #include "kreg/op.h"
 #include "kreg/plugin_abi.h"
 
@@ -140,11 +141,6 @@ bool MeshFits(const Mesh& mesh, int n);
 
 // n >= 1 thread ranks sharing one world.
 std::vector<std::unique_ptr<Comm>> ThreadComms(int n, const CommOptions& options);
-
-// Where a backend module (kreg_mpi.so, kreg_cuda_backend.so) may be, in order: the
-// file `env_var` names, else beside kreg's library, next to the program,
-// and in the configured install prefix.
-std::vector<std::string> BackendModulePaths(const char* file, const char* env_var);
 
 // This process's rank of the MPI job it runs in (MPI initialised on first
 // use, finalised when the Comm is destroyed: one per process). The module

@@ -3,9 +3,11 @@
 //
 // The CUDA backend is a module, kreg_cuda_backend.so, loaded at run time and built
 // wherever the CUDA toolkit is found (over the CUDA runtime, linked into it
-// statically), so kreg never links CUDA and runs where there is none. Where
-// the module is missing, or there is no driver or no GPU, CudaDevices() and
-// OpenCuda() say why (Unavailable), in one line.
+// statically), so kreg never links CUDA and runs where there is none. The
+// registry's machine module loads it and lists the GPUs (kreg/machine.h:
+// GpuInfo, CudaDevices); Devices are opened here. Where the module is
+// missing, or there is no driver or no GPU, CudaDevices() and OpenCuda() say
+// why (Unavailable), in one line.
 //
 // A Device's abi() is what a kernel gets in kreg_host.device. Copies and
 // Synchronize wait for the device; Time() records CUDA events on the
@@ -24,25 +26,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "dlpack/dlpack.h"
+#include "kreg/machine.h"  // GpuInfo, CudaDevices
 #include "kreg/plugin_abi.h"
 #include "kreg/registry.h"
 
 namespace kreg {
-
-struct GpuInfo {
-  int ordinal = 0;
-  std::string name;    // "NVIDIA H100 80GB HBM3"
-  int sm = 0;          // compute capability, major * 10 + minor
-  int num_sms = 0;
-  uint64_t memory_bytes = 0;
-  uint64_t l2_bytes = 0;
-  std::string driver;   // the CUDA version the driver supports, "13.0"
-  std::string runtime;  // the CUDA runtime kreg was built with
-};
-
-// The CUDA devices of this machine (asked once per process); Unavailable
-// with the reason (module missing, no driver, no GPU) otherwise.
-absl::StatusOr<std::vector<GpuInfo>> CudaDevices();
 
 class Device {
  public:

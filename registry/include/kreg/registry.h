@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "kreg/machine.h"  // CpuIsa, IsaString: what Kernel::available asks
 #include "kreg/op.h"
 #include "kreg/params.h"
 #include "kreg/plugin_abi.h"
@@ -34,12 +35,6 @@ namespace kreg {
 
 // Maps an ABI status and its message onto absl::Status.
 absl::Status FromAbi(kreg_status code, absl::string_view message);
-
-// ISA bits (KREG_ISA_*) of the running CPU, and their names. Honours
-// KREG_ISA_MASK=avx2,fma (pretend the CPU has only those). AMX bits are set
-// only once the OS granted the tile state (requested here on first use).
-uint32_t CpuIsa();
-std::string IsaString(uint32_t bits);  // "avx512f,avx512bf16" or "none"
 
 // Where kreg is installed or built: the prefix of the shared library that
 // holds the registry (<prefix>/<libdir>/libkreg_registry.so, found with

@@ -46,6 +46,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kreg/kreg_tuning.pb.h"
+#include "kreg/machine.h"
 #include "kreg/op.h"
 #include "kreg/params.h"
 #include "kreg/registry.h"
@@ -58,44 +59,37 @@ inline constexpr uint32_t kSchemaVersion = 2;
 
 // ---- Machines ---------------------------------------------------------------
 
-// This machine: CPU model, the ISA bits kreg sees (CpuIsa(), so honouring
-// KREG_ISA_MASK), logical cores, and their fingerprint id. Computed once.
-const tuning::Machine& ThisMachine();
+// A machine is the registry's MachineInfo (kreg/machine.h: HostMachine,
+// FingerprintId, GpuMachineInfo, MachineClass, ...); a table keeps it as a
+// tuning::Machine. These convert, and say the same of a record.
+tuning::Machine ToProtoMachine(const MachineInfo& machine);
+MachineInfo FromProtoMachine(const tuning::Machine& machine);
 
-// The threads a run asking for `num_threads` (0: as many as it may) gets:
-// no more than the CPUs this process may run on (its affinity mask, which
-// taskset and container limits narrow), and 0 when that is every core of
-// ThisMachine() (what a measurement on all cores records).
-int ThreadsAvailable(int num_threads);
+// This machine (HostMachine()) as a table records it. Computed once.
+const tuning::Machine& ThisMachine();
 
 // The stable id of a machine's fields (see Machine.id in the schema).
 std::string FingerprintId(const tuning::Machine& machine);
 
 // A GPU as a machine of its own (tuning::Machine.gpu), its id filled in:
 // the machine of the keys of kernels that run on it.
-inline constexpr absl::string_view kGpuIdPrefix = "cuda-";
 tuning::Machine GpuMachine(absl::string_view name, int sm, int num_sms, uint64_t memory_bytes,
                            absl::string_view driver);
 // The same of a device the host opened (kreg_device: its name, SM version
 // and count, memory and driver version).
 tuning::Machine GpuMachine(const kreg_device& device);
-// Whether a machine id is a GPU's ("cuda-" and 16 hex digits).
-bool IsGpuMachineId(absl::string_view id);
+// The same of a device CudaDevices() lists.
+tuning::Machine MachineOf(const GpuInfo& gpu);
 
-// A machine's vendor and architecture, inferred from its model name for
-// records that predate those fields ("AMD ..." is "AuthenticAMD" on
-// "x86_64"); "" when unknown.
+// kreg/machine.h's names of a machine, of a record: MachineVendor,
+// MachineArch (inferred from the model name for records that predate those
+// fields), MicroArch ("zen3"), MachineSummary ("AMD EPYC, zen3, avx2, 2
+// cores"; "NVIDIA H100 80GB HBM3, sm_90, 80 GiB, driver CUDA 13.0") and
+// MachineClass ("amd-epyc-zen3-avx2-2c", "nvidia-h100-80gb-hbm3-sm90").
 std::string MachineVendor(const tuning::Machine& machine);
 std::string MachineArch(const tuning::Machine& machine);
-// Its core generation by vendor, family and model ("zen3",
-// "sapphirerapids"), else "family F model M"; "" when not recorded.
 std::string MicroArch(const tuning::Machine& machine);
-// "AMD EPYC, zen3, avx2, 2 cores": what answers name a machine by.
 std::string MachineSummary(const tuning::Machine& machine);
-// "amd-epyc-zen3-avx2-2c": the machine class a shipped table is named by
-// (model, generation, widest vector ISA, cores); a GPU's is its name and SM
-// version, "nvidia-h100-80gb-hbm3-sm90". MachineSummary of a GPU is
-// "NVIDIA H100 80GB HBM3, sm_90, 80 GiB, driver CUDA 13.0".
 std::string MachineClass(const tuning::Machine& machine);
 
 // ---- Keys and configurations -------------------------------------------------

@@ -1,10 +1,11 @@
-// The table the CUDA device backend module (kreg_cuda_backend.so, backends/cuda.cc)
-// hands the host (backends/device.cc): kreg's own, not the plugin ABI. The
-// module is built wherever the CUDA toolkit is found and loaded at run time,
-// so the host never links CUDA. Every function returns 0 on success, else
-// non-zero with a one-line reason in msg.
-#ifndef KREG_BACKENDS_CUDA_BACKEND_H_
-#define KREG_BACKENDS_CUDA_BACKEND_H_
+// The table the CUDA device backend module (kreg_cuda_backend.so,
+// backends/cuda.cc) hands the host (the registry's machine module,
+// kreg/machine.h: CudaBackend; backends/device.cc): kreg's own, not the
+// plugin ABI. The module is built wherever the CUDA toolkit is found and
+// loaded at run time, so the host never links CUDA. Every function returns
+// 0 on success, else non-zero with a one-line reason in msg.
+#ifndef KREG_REGISTRY_CUDA_BACKEND_H_
+#define KREG_REGISTRY_CUDA_BACKEND_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -47,4 +48,4 @@ typedef struct kreg_cuda_backend {
 const kreg_cuda_backend* kreg_cuda_backend_v1(void);
 }
 
-#endif  // KREG_BACKENDS_CUDA_BACKEND_H_
+#endif  // KREG_REGISTRY_CUDA_BACKEND_H_

@@ -1,0 +1,237 @@
+// Problem keys, trial identities and configurations as a table stores
+// them (kreg/lut.h: "Keys and configurations").
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kreg/lut.h"
+#include "kreg/text.h"
+#include "tuning_db_internal.h"
+
+namespace kreg {
+namespace tuning_db_internal {
+namespace {
+
+std::string ConfigId(const tuning::Config& config) {
+  std::vector<std::string> params;
+  for (const tuning::ParamValue& p : config.params()) {
+    params.push_back(
+        absl::StrCat(p.name(), "\x1e", static_cast<int>(p.value_case()), "\x1e", ValueText(p)));
+  }
+  std::sort(params.begin(), params.end());
+  return absl::StrJoin(params, "\x1f");
+}
+
+}  // namespace
+
+std::string ValueText(const tuning::ParamValue& p) {
+  switch (p.value_case()) {
+    case tuning::ParamValue::kIntValue:
+      return absl::StrCat(p.int_value());
+    case tuning::ParamValue::kListValue:
+      return absl::StrJoin(p.list_value().values(), ",");
+    case tuning::ParamValue::kChoice:
+      return p.choice();
+    case tuning::ParamValue::VALUE_NOT_SET:
+      break;
+  }
+  return "?";
+}
+
+std::string KeyId(const tuning::ProblemKey& key) {
+  std::vector<std::string> dims;
+  for (const tuning::Dim& d : key.dims()) dims.push_back(absl::StrCat(d.name(), "=", d.value()));
+  std::sort(dims.begin(), dims.end());
+  // As Sanitize would store it, so raw and stored keys find each other.
+  return ValidUtf8(absl::StrCat(key.op(), "\x1f", key.dtype(), "\x1f", absl::StrJoin(dims, ","), "\x1f",
+                                key.machine_id(), "\x1f", key.data_class()));
+}
+
+std::string TrialId(absl::string_view variant, uint32_t version, const tuning::Config& config, int threads) {
+  std::string id = absl::StrCat(variant, "\x1d", version, "\x1d", ConfigId(config));
+  if (threads > 0) absl::StrAppend(&id, "\x1d", threads);
+  return id;
+}
+
+std::string TrialIdOf(const tuning::Trial& t) {
+  return TrialId(t.variant(), t.variant_version(), t.config(), t.threads());
+}
+
+void Sanitize(google::protobuf::Message* m) {
+  const google::protobuf::Descriptor* d = m->GetDescriptor();
+  const google::protobuf::Reflection* r = m->GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_STRING) {
+      if (f->is_repeated()) {
+        for (int j = 0; j < r->FieldSize(*m, f); ++j) r->SetRepeatedString(m, f, j, ValidUtf8(r->GetRepeatedString(*m, f, j)));
+      } else if (r->HasField(*m, f)) {
+        r->SetString(m, f, ValidUtf8(r->GetString(*m, f)));
+      }
+    } else if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (f->is_repeated()) {
+        for (int j = 0; j < r->FieldSize(*m, f); ++j) Sanitize(r->MutableRepeatedMessage(m, f, j));
+      } else if (r->HasField(*m, f)) {
+        Sanitize(r->MutableMessage(m, f));
+      }
+    }
+  }
+}
+
+}  // namespace tuning_db_internal
+
+using tuning::Trial;
+using tuning_db_internal::TrialIdOf;
+using tuning_db_internal::ValueText;
+
+std::string TrialId(const tuning::Trial& trial) { return TrialIdOf(trial); }
+
+// ---- Keys and configurations --------------------------------------------------
+
+Dims CanonicalDims(const Op& op, const Dims& dims) {
+  Dims out;
+  out.reserve(dims.size());
+  std::vector<bool> used(dims.size());
+  auto take = [&](absl::string_view name, const int64_t* default_value) {
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (used[i] || dims[i].first != name) continue;
+      used[i] = true;
+      if (default_value == nullptr || dims[i].second != *default_value) out.push_back(dims[i]);
+      return;
+    }
+  };
+  for (const DimInfo& d : op.dims()) take(d.name, nullptr);
+  for (const AttrInfo& a : op.attrs()) {
+    if (!a.is_float) take(a.name, &a.default_value.i);
+  }
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (!used[i]) out.push_back(dims[i]);
+  }
+  return out;
+}
+
+tuning::ProblemKey MakeProblemKey(absl::string_view op, absl::string_view dtype, const Dims& dims,
+                                  absl::string_view machine_id, absl::string_view data_class) {
+  tuning::ProblemKey key;
+  key.set_op(std::string(op));
+  key.set_dtype(std::string(dtype));
+  for (const auto& [name, value] : dims) {
+    tuning::Dim* d = key.add_dims();
+    d->set_name(name);
+    d->set_value(value);
+  }
+  key.set_machine_id(std::string(machine_id));
+  key.set_data_class(std::string(data_class));
+  return key;
+}
+
+tuning::ProblemKey MakeProblemKey(absl::string_view op, const OpKey& key,
+                                  absl::string_view machine_id, absl::string_view data_class) {
+  return MakeProblemKey(op, key.dtype, key.dims, machine_id, data_class);
+}
+
+Dims KeyDims(const tuning::ProblemKey& key) {
+  Dims dims;
+  for (const tuning::Dim& d : key.dims()) dims.emplace_back(d.name(), d.value());
+  return dims;
+}
+
+std::string KeyString(const tuning::ProblemKey& key) {
+  std::string data =
+      key.data_class().empty() ? std::string() : absl::StrCat(" [", key.data_class(), "]");
+  return absl::StrCat(key.op(), " ", key.dtype(), " ", DimsString(KeyDims(key)), data, " @",
+                      key.machine_id());
+}
+
+tuning::Config ToProtoConfig(const Kernel& kernel, const Config& config) {
+  tuning::Config out;
+  const ParamSpace& params = kernel.params();
+  for (size_t i = 0; i < params.size() && i < config.values().size(); ++i) {
+    const ParamInfo& p = params[i];
+    const ParamValue& v = config.values()[i];
+    tuning::ParamValue* pv = out.add_params();
+    pv->set_name(p.name);
+    if (p.kind == KREG_PARAM_INT) {
+      pv->set_int_value(v.value);
+    } else if (p.kind == KREG_PARAM_INT_LIST) {
+      pv->mutable_list_value()->mutable_values()->Add(v.list.begin(), v.list.end());
+    } else if (v.value >= 0 && static_cast<size_t>(v.value) < p.choices.size()) {
+      pv->set_choice(p.choices[static_cast<size_t>(v.value)]);
+    } else {
+      pv->set_choice(absl::StrCat("#", v.value));  // not a choice: refused on the way back
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<Config> FromProtoConfig(const Kernel& kernel, const tuning::Config& config, uint32_t isa) {
+  const ParamSpace& params = kernel.params();
+  std::vector<ParamValue> values(params.size());
+  std::vector<bool> seen(params.size());
+  for (const tuning::ParamValue& pv : config.params()) {
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", pv.name(), "' of ", kernel.name(), ": ", why));
+    };
+    const int i = params.Find(pv.name());
+    if (i < 0) return bad("no such parameter");
+    if (seen[i]) return bad("given twice");
+    seen[i] = true;
+    const ParamInfo& p = params[i];
+    ParamValue& v = values[i];
+    // The form of the value only; what values are legal is Validate's.
+    if (p.kind == KREG_PARAM_INT) {
+      if (pv.value_case() != tuning::ParamValue::kIntValue) return bad("expected an integer");
+      v.value = pv.int_value();
+    } else if (p.kind == KREG_PARAM_INT_LIST) {
+      if (pv.value_case() != tuning::ParamValue::kListValue) return bad("expected an integer list");
+      v.list.assign(pv.list_value().values().begin(), pv.list_value().values().end());
+    } else {
+      if (pv.value_case() != tuning::ParamValue::kChoice) return bad("expected a choice name");
+      auto it = std::find(p.choices.begin(), p.choices.end(), pv.choice());
+      if (it == p.choices.end()) return bad(absl::StrCat("'", pv.choice(), "' is not a choice"));
+      v.value = it - p.choices.begin();
+    }
+  }
+  // A parameter the variant gained after the configuration was stored
+  // keeps its default: the version did not change, so the default is what
+  // the variant did then.
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (!seen[i]) values[i] = params[i].default_value;
+  }
+  Config out(std::move(values));
+  if (absl::Status s = params.Validate(out, kernel.name(), isa); !s.ok()) return s;
+  return out;
+}
+
+absl::Status CheckConfigs(const TuningDb& db, const Registry& registry, absl::string_view name) {
+  for (int i = 0; i < db.proto().entries_size(); ++i) {
+    const tuning::Entry& e = db.proto().entries(i);
+    auto check = [&](const Trial& t) -> absl::Status {
+      absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry.Get(absl::StrCat(e.key().op(), "/", t.variant()));
+      if (!kernel.ok() || (*kernel)->version() != t.variant_version()) return absl::OkStatus();
+      absl::StatusOr<Config> config = FromProtoConfig(**kernel, t.config(), ~uint32_t{0});
+      if (config.ok()) return absl::OkStatus();
+      return absl::InvalidArgumentError(absl::StrCat(name, ": entry ", i, " (", KeyString(e.key()), "): trial ",
+                                                     t.variant(), " ", ConfigText(t.config()), ": ",
+                                                     config.status().message()));
+    };
+    for (const Trial& t : e.trials()) {
+      if (absl::Status s = check(t); !s.ok()) return s;
+    }
+    for (const Trial& t : e.partial()) {
+      if (absl::Status s = check(t); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string ConfigText(const tuning::Config& config) {
+  return absl::StrJoin(config.params(), " ", [](std::string* out, const tuning::ParamValue& p) {
+    absl::StrAppend(out, p.name(), "=", ValueText(p));
+  });
+}
+
+}  // namespace kreg

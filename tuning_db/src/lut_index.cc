@@ -1,0 +1,299 @@
+// Lut::Build: every entry of a TuningDb resolved against the registry's
+// kernels into an item, then the exact index and the nearest-lookup groups.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "lut_internal.h"
+
+namespace kreg {
+
+using lut_internal::Digest;
+using lut_internal::ExactHash;
+using lut_internal::GroupHash;
+using lut_internal::kNone;
+using lut_internal::kRankedTrials;
+using lut_internal::Legal;
+using lut_internal::Log2;
+using lut_internal::MakeShape;
+
+absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry, const LutOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->policy = options.machines;
+  impl->host.struct_size = sizeof(kreg_host);
+  impl->host.num_threads = 0;
+  impl->host.isa = CpuIsa();
+  for (const tuning::CommModel& m : db.proto().comm_models()) {
+    impl->comm_models[{m.machine_id(), m.backend()}] =
+        kreg_comm_model{sizeof(kreg_comm_model), m.alpha_s(), m.beta_s_per_byte(), m.gamma_s_per_byte()};
+  }
+  // Kernels by name, looked up once each.
+  Impl::KernelsByName by_name;
+  for (std::shared_ptr<const Kernel>& k : registry.Kernels()) {
+    impl->kernels.push_back(k);
+    by_name.emplace(k->name(), std::move(k));
+  }
+  impl->AddOps(registry, by_name);
+  const tuning::Database& proto = db.proto();
+  impl->AddEntries(proto, by_name);
+  impl->AddMachines(proto);
+  impl->AddMeasuredDefaults(proto, by_name);
+  impl->IndexExact();
+  impl->IndexGroups();
+  return Lut(std::move(impl));
+}
+
+void Lut::Impl::AddOps(const Registry& registry, const KernelsByName& by_name) {
+  // The ops, and their defaults: the op's preferred variants in its order,
+  // the other available kernels by name, the reference last.
+  for (std::shared_ptr<const Op>& op : registry.Ops()) {
+    OpEntry entry;
+    std::vector<const Kernel*> order;
+    auto add = [&](const Kernel* k) {
+      if (k == nullptr || !k->available()) return;
+      if (std::find(order.begin(), order.end(), k) == order.end()) order.push_back(k);
+    };
+    for (const std::string& variant : op->default_variants()) {
+      auto it = by_name.find(absl::StrCat(op->name(), "/", variant));
+      if (it != by_name.end()) add(it->second.get());
+    }
+    const Kernel* reference = nullptr;
+    for (const std::shared_ptr<const Kernel>& k : kernels) {  // sorted by name
+      if (k->op() != op->name()) continue;
+      if (k->device() == KREG_DEVICE_CUDA) entry.gpu_defaults.emplace_back(k.get(), k->DefaultConfig());
+      if (k->is_reference()) {
+        if (reference == nullptr) reference = k.get();
+        continue;
+      }
+      add(k.get());
+    }
+    add(reference);
+    for (const Kernel* k : order) entry.defaults.emplace_back(k, k->DefaultConfig());
+    entry.op = std::move(op);
+    ops.push_back(std::move(entry));
+  }
+}
+
+uint32_t Lut::Impl::Intern(absl::string_view s, absl::flat_hash_map<std::string, uint32_t>* interned) {
+  auto [it, added] = interned->try_emplace(s, strings.size());
+  if (added) strings.emplace_back(s);
+  return it->second;
+}
+
+void Lut::Impl::AddEntries(const tuning::Database& proto, const KernelsByName& by_name) {
+  // One item per entry, answering from its fastest usable trial.
+  items.reserve(proto.entries_size());
+  keys.reserve(proto.entries_size());
+  absl::flat_hash_map<std::string, uint32_t> interned;
+  std::vector<std::pair<std::string, int>> unknown_ops;  // op -> entries, first seen first
+  for (const tuning::Entry& e : proto.entries()) {
+    const std::string& op_name = e.key().op();
+    auto found = std::find_if(ops.begin(), ops.end(), [&](const OpEntry& o) { return o.op->name() == op_name; });
+    if (found == ops.end()) {
+      auto it = std::find_if(unknown_ops.begin(), unknown_ops.end(),
+                             [&](const auto& u) { return u.first == op_name; });
+      if (it == unknown_ops.end()) {
+        unknown_ops.emplace_back(op_name, 1);
+      } else {
+        ++it->second;
+      }
+      continue;
+    }
+    AddEntry(e, &*found, by_name, &interned);
+  }
+  for (const auto& [op, count] : unknown_ops) {
+    warnings.push_back(absl::StrCat("op '", op, "' is not registered (no loaded plugin declares it): ", count,
+                                    count == 1 ? " entry" : " entries", " cannot answer"));
+  }
+}
+
+void Lut::Impl::AddEntry(const tuning::Entry& e, OpEntry* op_entry, const KernelsByName& by_name,
+                         absl::flat_hash_map<std::string, uint32_t>* interned) {
+  const std::string& op_name = e.key().op();
+  const Op& op = *op_entry->op;
+  Item item;
+  item.dims = CanonicalDims(op, KeyDims(e.key()));
+  item.key_text = KeyString(e.key());
+  item.incomplete = e.incomplete();
+  const TensorTypes* types = op_entry->FindTypes(e.key().dtype());
+  if (types == nullptr) {
+    absl::StatusOr<TensorTypes> parsed = op.TypesFromKey(e.key().dtype());
+    if (!parsed.ok()) {
+      warnings.push_back(absl::StrCat(item.key_text, ": ", parsed.status().message(), "; entry skipped"));
+      return;
+    }
+    // Valid for this entry (the vector may move for the next one).
+    op_entry->types.emplace_back(e.key().dtype(), *std::move(parsed));
+    types = &op_entry->types.back().second;
+  }
+  Key key{Intern(op_name, interned),
+          Intern(e.key().dtype(), interned),
+          Intern(e.key().machine_id(), interned),
+          Intern(e.key().data_class(), interned),
+          static_cast<uint32_t>(dim_names.size()),
+          static_cast<uint32_t>(item.dims.size())};
+  for (const auto& [name, value] : item.dims) {
+    dim_names.push_back(Intern(name, interned));
+    dim_values.push_back(value);
+  }
+
+  std::vector<const tuning::Trial*> trials;
+  for (const tuning::Trial& t : e.trials()) {
+    if (t.status() == tuning::Trial::OK && std::isfinite(t.median_ns())) trials.push_back(&t);
+  }
+  if (trials.empty() && e.has_best()) trials.push_back(&e.best());
+  std::stable_sort(trials.begin(), trials.end(),
+                   [](const tuning::Trial* a, const tuning::Trial* b) {
+                     return a->median_ns() < b->median_ns();
+                   });
+  ShapeArgs own;
+  const absl::Status own_shape = MakeShape(op, *types, item.dims, &own);
+  if (!own_shape.ok()) {
+    warnings.push_back(absl::StrCat(item.key_text, ": ", own_shape.message(), "; entry skipped"));
+  }
+  // The fastest trial's staleness, if it was.
+  const std::string stale = ChooseTrials(op_name, trials, by_name, own, own_shape,
+                                         IsGpuMachineId(e.key().machine_id()), &item);
+  if (item.kernel != nullptr) {
+    RankTrials(trials, &item);
+    item.problem.clear();
+    ++usable;
+    if (!stale.empty()) {
+      warnings.push_back(absl::StrCat(stale, "; answering from ", item.kernel->name(), " v",
+                                      item.trial.variant_version(), " instead"));
+    }
+  } else {
+    if (trials.empty()) item.problem = absl::StrCat(item.key_text, ": no OK trial");
+    if (!stale.empty()) warnings.push_back(absl::StrCat(stale, "; entry skipped"));
+  }
+  keys.push_back(key);
+  items.push_back(std::move(item));
+}
+
+std::string Lut::Impl::ChooseTrials(const std::string& op_name, const std::vector<const tuning::Trial*>& trials,
+                                    const KernelsByName& by_name, const ShapeArgs& own,
+                                    const absl::Status& own_shape, bool on_gpu, Item* item) {
+  std::string stale;
+  // Thread counts measured (past the fastest, looked for only when the
+  // entry has measurements on chosen thread counts).
+  absl::flat_hash_set<int> counts;
+  for (const tuning::Trial* t : trials) counts.insert(t->threads());
+  if (counts.size() == 1) counts.clear();
+  for (size_t i = 0; i < trials.size() && (item->kernel == nullptr || item->on_threads.size() < counts.size()); ++i) {
+    const tuning::Trial& t = *trials[i];
+    if (item->kernel != nullptr &&
+        std::any_of(item->on_threads.begin(), item->on_threads.end(),
+                    [&](const Item::OnThreads& on) { return on.threads == t.threads(); })) {
+      continue;  // a faster one on this thread count answers already
+    }
+    std::string name = absl::StrCat(op_name, "/", t.variant());
+    std::string problem;
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      problem = absl::StrCat(item->key_text, ": ", name, " is not registered");
+    } else if (it->second->version() != t.variant_version()) {
+      problem = absl::StrCat("stale entry ", item->key_text, ": ", name, " v", t.variant_version(),
+                             " was tuned, v", it->second->version(), " is loaded");
+      if (i == 0) stale = problem;
+    } else if (on_gpu != (it->second->device() == KREG_DEVICE_CUDA)) {
+      // A GPU's entry answers with its CUDA kernels, a CPU's with the others.
+      problem = absl::StrCat(item->key_text, ": ", name, on_gpu ? " does not run on a GPU" : " runs on a GPU");
+    } else if (!on_gpu && !it->second->available()) {
+      problem = absl::StrCat(item->key_text, ": ", name, " needs ",
+                             IsaString(it->second->required_isa() & ~CpuIsa()), ", which this CPU lacks");
+    } else if (!own_shape.ok()) {
+      problem = absl::StrCat(item->key_text, ": ", own_shape.message());
+    } else {
+      absl::StatusOr<Config> config = FromProtoConfig(*it->second, t.config());
+      absl::Status legal = config.ok() ? Legal(*it->second, *config, own) : config.status();
+      if (legal.ok() && item->kernel == nullptr) {
+        item->kernel = it->second.get();
+        item->config = *config;
+        item->trial = t;
+      }
+      if (legal.ok() && !counts.empty()) {
+        item->on_threads.push_back({t.threads(), it->second.get(), *std::move(config), t});
+      } else if (!legal.ok()) {
+        problem = absl::StrCat(item->key_text, ": ", name, " ", ConfigText(t.config()), ": ", legal.message());
+      }
+    }
+    if (item->problem.empty()) item->problem = std::move(problem);
+  }
+  return stale;
+}
+
+void Lut::Impl::RankTrials(const std::vector<const tuning::Trial*>& trials, Item* item) {
+  item->trial_hash = absl::HashOf(TrialId(item->trial));
+  const double fastest = trials.front()->median_ns();
+  for (const tuning::Trial* t : trials) {
+    const float slower = static_cast<float>(std::log2(std::max(1.0, t->median_ns() / std::max(fastest, 1e-9))));
+    if (item->ranked.size() < kRankedTrials) item->ranked.emplace_back(absl::HashOf(TrialId(*t)), slower);
+    if (std::none_of(item->variants.begin(), item->variants.end(),
+                     [&](const auto& v) { return v.first == t->variant(); })) {
+      item->variants.emplace_back(t->variant(), slower);
+    }
+  }
+  std::sort(item->ranked.begin(), item->ranked.end());
+}
+
+void Lut::Impl::IndexExact() {
+  const uint32_t num_items = static_cast<uint32_t>(items.size());
+  exact_next.assign(num_items, kNone);
+  for (uint32_t i = num_items; i-- > 0;) {
+    const Key& key = keys[i];
+    const std::string& op = strings[key.op];
+    const uint64_t h = ExactHash(op, strings[key.dtype], strings[key.machine], strings[key.data_class],
+                                 Digest(FindOp(op)->op.get(), items[i].dims));
+    auto [it, added] = exact.try_emplace(h, i);
+    if (!added) {
+      exact_next[i] = it->second;
+      it->second = i;
+    }
+  }
+}
+
+void Lut::Impl::IndexGroups() {
+  const uint32_t num_items = static_cast<uint32_t>(items.size());
+  absl::flat_hash_map<std::string, uint32_t> group_of;
+  for (uint32_t i = 0; i < num_items; ++i) {
+    const Key& key = keys[i];
+    std::vector<uint32_t> names(dim_names.begin() + key.dims_begin,
+                                dim_names.begin() + key.dims_begin + key.dims_count);
+    std::vector<uint32_t> sorted = names;
+    std::sort(sorted.begin(), sorted.end());
+    std::string id = absl::StrCat(key.op, ",", key.dtype, ",", key.machine, ",", key.data_class,
+                                  ":", absl::StrJoin(sorted, ","));
+    auto [it, added] = group_of.try_emplace(id, groups.size());
+    if (added) {
+      groups.emplace_back();
+      groups.back().key = key;
+      groups.back().names = std::move(names);
+      const std::string& op = strings[key.op];
+      group_index[GroupHash(op, strings[key.dtype], strings[key.machine], strings[key.data_class],
+                            Digest(FindOp(op)->op.get(), items[i].dims))]
+          .push_back(it->second);
+    }
+    groups[it->second].items.push_back(i);
+  }
+  for (Group& g : groups) {
+    const size_t d = g.names.size();
+    g.coords.resize(g.items.size() * d);
+    for (size_t p = 0; p < g.items.size(); ++p) {
+      const Key& key = keys[g.items[p]];
+      for (size_t j = 0; j < d; ++j) {
+        for (uint32_t at = key.dims_begin; at < key.dims_begin + key.dims_count; ++at) {
+          if (dim_names[at] == g.names[j]) g.coords[p * d + j] = Log2(dim_values[at]);
+        }
+      }
+    }
+    BuildTree(&g, g.coords, d, 0, static_cast<uint32_t>(g.items.size()), 0);
+  }
+}
+
+}  // namespace kreg

@@ -1,0 +1,296 @@
+// Lut lookups: the exact index's probe, and the nearest entries of a group
+// (op, dtype signature, machine, data class, dim names) in its k-d tree,
+// built here too, with the consensus of the nearest neighbours' winners.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "lut_internal.h"
+
+namespace kreg {
+
+using lut_internal::Eq;
+using lut_internal::ExactHash;
+using lut_internal::GroupHash;
+using lut_internal::IsDefaultAttribute;
+using lut_internal::kCandidates;
+using lut_internal::kLeafSize;
+using lut_internal::kNone;
+using lut_internal::kOtherConfigLog2;
+using lut_internal::kUnmeasuredLog2;
+using lut_internal::Legal;
+using lut_internal::Log2;
+
+// ---- Exact -------------------------------------------------------------------------
+
+bool Lut::Impl::SameKey(const Key& key, absl::string_view op, absl::string_view dtype,
+                        absl::string_view machine, absl::string_view data_class, const Dims& dims,
+                        const Op* info, size_t count) const {
+  if (key.dims_count != count || !Eq(strings[key.op], op) || !Eq(strings[key.dtype], dtype) ||
+      !Eq(strings[key.machine], machine) || !Eq(strings[key.data_class], data_class)) {
+    return false;
+  }
+  // Usually the dims come in the key's own order.
+  size_t j = 0;
+  for (const auto& dim : dims) {
+    if (IsDefaultAttribute(info, dim)) continue;
+    const uint32_t at = key.dims_begin + j;
+    if (dim_values[at] != dim.second || !Eq(strings[dim_names[at]], dim.first)) break;
+    ++j;
+  }
+  if (j == count) return true;
+  for (const auto& dim : dims) {  // in another order
+    if (IsDefaultAttribute(info, dim)) continue;
+    bool found = false;
+    for (uint32_t at = key.dims_begin; at < key.dims_begin + count && !found; ++at) {
+      found = dim_values[at] == dim.second && Eq(strings[dim_names[at]], dim.first);
+    }
+    if (!found) return false;
+  }
+  for (uint32_t at = key.dims_begin; at < key.dims_begin + count; ++at) {
+    bool found = false;
+    for (const auto& dim : dims) found = found || Eq(strings[dim_names[at]], dim.first);
+    if (!found) return false;
+  }
+  return true;
+}
+
+uint32_t Lut::Impl::FindExact(absl::string_view op_name, absl::string_view dtype, absl::string_view machine,
+                              absl::string_view data_class, const Dims& dims, const Op* op,
+                              const DimsDigest& digest, LutAnswer* answer, uint32_t* unusable) const {
+  auto it = exact.find(ExactHash(op_name, dtype, machine, data_class, digest));
+  if (it == exact.end()) return kNone;
+  for (uint32_t i = it->second; i != kNone; i = exact_next[i]) {
+    if (!SameKey(keys[i], op_name, dtype, machine, data_class, dims, op, digest.count)) continue;
+    if (items[i].kernel != nullptr) return i;
+    answer->warnings.push_back(items[i].problem);
+    *unusable = i;
+    return kNone;
+  }
+  return kNone;
+}
+
+// ---- The k-d tree ----------------------------------------------------------------
+
+int32_t Lut::Impl::BuildTree(Group* g, std::vector<float>& coords, size_t d, uint32_t begin,
+                             uint32_t end, int depth) {
+  const int32_t index = static_cast<int32_t>(g->nodes.size());
+  g->nodes.push_back({begin, end});
+  g->boxes.resize(g->boxes.size() + 2 * d);
+  float* lo = &g->boxes[2 * d * index];
+  float* hi = lo + d;
+  std::fill(lo, lo + d, std::numeric_limits<float>::infinity());
+  std::fill(hi, hi + d, -std::numeric_limits<float>::infinity());
+  for (uint32_t p = begin; p < end; ++p) {
+    for (size_t j = 0; j < d; ++j) {
+      lo[j] = std::min(lo[j], coords[p * d + j]);
+      hi[j] = std::max(hi[j], coords[p * d + j]);
+    }
+  }
+  size_t axis = 0;
+  for (size_t j = 1; j < d; ++j) {
+    if (hi[j] - lo[j] > hi[axis] - lo[axis]) axis = j;
+  }
+  if (end - begin <= kLeafSize || d == 0 || hi[axis] <= lo[axis] || depth >= 60) return index;
+  // Split at the median along the widest axis.
+  std::vector<uint32_t> order(end - begin);
+  for (uint32_t p = begin; p < end; ++p) order[p - begin] = p;
+  const uint32_t mid = begin + (end - begin) / 2;
+  std::nth_element(
+      order.begin(), order.begin() + (mid - begin), order.end(),
+      [&](uint32_t a, uint32_t b) { return coords[a * d + axis] < coords[b * d + axis]; });
+  std::vector<float> c(order.size() * d);
+  std::vector<uint32_t> items(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    std::copy_n(&coords[order[i] * d], d, &c[i * d]);
+    items[i] = g->items[order[i]];
+  }
+  std::copy(c.begin(), c.end(), coords.begin() + begin * d);
+  std::copy(items.begin(), items.end(), g->items.begin() + begin);
+  const int32_t left = BuildTree(g, coords, d, begin, mid, depth + 1);
+  const int32_t right = BuildTree(g, coords, d, mid, end, depth + 1);
+  g->nodes[index].left = left;
+  g->nodes[index].right = right;
+  return index;
+}
+
+const Lut::Impl::Group* Lut::Impl::FindGroup(absl::string_view op, absl::string_view dtype,
+                                             absl::string_view machine, absl::string_view data_class,
+                                             const Dims& dims, const Op* info, const DimsDigest& digest) const {
+  auto it = group_index.find(GroupHash(op, dtype, machine, data_class, digest));
+  if (it == group_index.end()) return nullptr;
+  for (uint32_t g : it->second) {
+    const Group& group = groups[g];
+    const Key& key = group.key;
+    if (group.names.size() != digest.count || !Eq(strings[key.op], op) ||
+        !Eq(strings[key.dtype], dtype) || !Eq(strings[key.machine], machine) ||
+        !Eq(strings[key.data_class], data_class)) {
+      continue;
+    }
+    bool same = true;
+    for (const auto& dim : dims) {
+      if (IsDefaultAttribute(info, dim)) continue;
+      bool found = false;
+      for (uint32_t name : group.names) found = found || Eq(strings[name], dim.first);
+      same = same && found;
+    }
+    if (same) return &group;
+  }
+  return nullptr;
+}
+
+void Lut::Impl::Nearest(const Group& group, const float* q, Best* best) const {
+  const size_t d = group.names.size();
+  auto box_distance = [&](int32_t node) {
+    const float* lo = &group.boxes[2 * d * node];
+    const float* hi = lo + d;
+    float sum = 0;
+    for (size_t j = 0; j < d; ++j) sum += std::max(0.0f, std::max(lo[j] - q[j], q[j] - hi[j]));
+    return sum;
+  };
+  struct Frame {
+    int32_t node;
+    float bound;
+  };
+  Frame stack[2 * 64 + 2];  // two per level; a median split is at most 64 deep
+  int top = 0;
+  stack[top++] = {0, box_distance(0)};
+  while (top > 0) {
+    const Frame f = stack[--top];
+    if (f.bound > best->Worst()) continue;
+    const Group::Node& node = group.nodes[f.node];
+    if (node.left < 0) {
+      for (uint32_t p = node.begin; p < node.end; ++p) {
+        const float* c = &group.coords[p * d];
+        float sum = 0;
+        for (size_t j = 0; j < d; ++j) sum += std::fabs(c[j] - q[j]);
+        best->Offer({sum, group.items[p]});
+      }
+      continue;
+    }
+    Frame near{node.left, box_distance(node.left)}, far{node.right, box_distance(node.right)};
+    if (far.bound < near.bound) std::swap(near, far);
+    stack[top++] = far;
+    stack[top++] = near;
+  }
+}
+
+// ---- Nearest -----------------------------------------------------------------------
+
+std::pair<uint32_t, float> Lut::Impl::Consensus(const Group& group, const float* q, const ShapeArgs& shape,
+                                                uint32_t skip, std::pair<uint32_t, float> nearest) const {
+  Best best(kCandidates);
+  Nearest(group, q, &best);
+  auto answers = [&](uint32_t i) { return i != skip && items[i].kernel != nullptr; };
+  size_t neighbours = 0;
+  bool has_nearest = false;
+  for (size_t b = 0; b < best.n; ++b) {
+    neighbours += answers(best.c[b].item);
+    has_nearest = has_nearest || best.c[b].item == nearest.first;
+  }
+  if (neighbours < 2 || !has_nearest) return nearest;
+  std::pair<uint32_t, float> chosen = nearest;
+  float least = std::numeric_limits<float>::infinity();
+  for (size_t a = 0; a < best.n; ++a) {
+    const uint32_t j = best.c[a].item;
+    if (!answers(j)) continue;
+    const Item& winner = items[j];
+    if (j != nearest.first && !Legal(*winner.kernel, winner.config, shape).ok()) continue;
+    float sum = 0, weights = 0;
+    for (size_t b = 0; b < best.n; ++b) {
+      if (!answers(best.c[b].item)) continue;
+      const float r = best.c[b].dist + 0.25f;
+      const float w = 1.0f / (r * r);
+      sum += w * SlowerAt(items[best.c[b].item], winner);
+      weights += w;
+    }
+    if (sum / weights < least - 1e-6f) {
+      least = sum / weights;
+      chosen = {j, best.c[a].dist};
+    }
+  }
+  return chosen;
+}
+
+float Lut::Impl::SlowerAt(const Item& at, const Item& winner) {
+  auto it = std::lower_bound(at.ranked.begin(), at.ranked.end(),
+                             std::make_pair(winner.trial_hash, -std::numeric_limits<float>::infinity()));
+  if (it != at.ranked.end() && it->first == winner.trial_hash) return it->second;
+  for (const auto& [variant, slower] : at.variants) {
+    if (variant == winner.trial.variant()) return slower + kOtherConfigLog2;
+  }
+  return kUnmeasuredLog2;
+}
+
+std::vector<Lut::Impl::Candidate> Lut::Impl::All(const Group& group, const float* q) const {
+  const size_t d = group.names.size();
+  std::vector<Candidate> out;
+  for (size_t p = 0; p < group.items.size(); ++p) {
+    float sum = 0;
+    for (size_t j = 0; j < d; ++j) sum += std::fabs(group.coords[p * d + j] - q[j]);
+    out.push_back({sum, group.items[p]});
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::pair<uint32_t, float> Lut::Impl::FindNearest(absl::string_view op_name, absl::string_view dtype,
+                                                  absl::string_view machine, absl::string_view data_class,
+                                                  const Dims& dims, const Op* op, const DimsDigest& digest,
+                                                  const ShapeArgs& shape, uint32_t skip,
+                                                  LutAnswer* answer) const {
+  const Group* group = FindGroup(op_name, dtype, machine, data_class, dims, op, digest);
+  if (group == nullptr) return {kNone, 0};
+  const size_t d = group->names.size();
+  absl::InlinedVector<float, 8> q(d);
+  for (size_t j = 0; j < d; ++j) {
+    for (const auto& dim : dims) {
+      if (Eq(dim.first, strings[group->names[j]])) q[j] = Log2(dim.second);
+    }
+  }
+  // The nearest entry usually answers; only when it cannot are more looked
+  // at: the kCandidates nearest, then (rarely) all by distance.
+  Best best(1);
+  Nearest(*group, q.data(), &best);
+  std::vector<Candidate> all;
+  const Candidate* candidates = best.c;
+  size_t count = best.n, first = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    if (pass == 1) {
+      if (best.n < best.limit) break;  // saw every item already
+      best = Best(kCandidates);
+      Nearest(*group, q.data(), &best);
+      count = best.n;
+      first = 1;
+    } else if (pass == 2) {
+      if (best.n < best.limit) break;
+      all = All(*group, q.data());
+      candidates = all.data();
+      count = all.size();
+      first = kCandidates;
+    }
+    for (size_t c = first; c < count; ++c) {
+      const uint32_t i = candidates[c].item;
+      const Item& item = items[i];
+      if (i == skip) continue;
+      if (item.kernel == nullptr) {
+        answer->warnings.push_back(item.problem);
+        continue;
+      }
+      if (absl::Status s = Legal(*item.kernel, item.config, shape); !s.ok()) {
+        answer->warnings.push_back(absl::StrCat(item.key_text, ": ", item.kernel->name(), " ",
+                                                item.kernel->ConfigString(item.config),
+                                                " is not legal here: ", s.message()));
+        continue;
+      }
+      return Consensus(*group, q.data(), shape, skip, {i, candidates[c].dist});
+    }
+  }
+  return {kNone, 0};
+}
+
+}  // namespace kreg

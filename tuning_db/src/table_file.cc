@@ -1,0 +1,436 @@
+// TuningDb files: parsing and writing binary (with its checksum trailer)
+// and text tables, checking what a file holds before adopting it, saving
+// atomically under the table's lock, and the tables kreg ships.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "file_util.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/stubs/logging.h"
+#include "google/protobuf/text_format.h"
+#include "kreg/limits.h"
+#include "kreg/log.h"
+#include "kreg/lut.h"
+#include "kreg/text.h"
+#include "tuning_db_internal.h"
+
+namespace kreg {
+
+using tuning::Trial;
+using tuning_db_internal::Eligible;
+using tuning_db_internal::Sanitize;
+using tuning_db_internal::TrialIdOf;
+
+namespace {
+
+// 64-bit FNV-1a: stable across processes, builds and compilers, unlike
+// absl::Hash, which is salted per process.
+uint64_t Fnv1a(absl::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (error.empty()) error = absl::StrCat("line ", line + 1, ":", column + 1, ": ", message);
+  }
+  std::string error;
+};
+
+// The checksum field's tag (field 16, fixed64) and its size with the value.
+constexpr char kChecksumTag[2] = {'\x81', '\x01'};
+constexpr size_t kChecksumBytes = 10;
+
+// Parses one format; "" on success, else why not.
+std::string ParseAs(FileFormat format, absl::string_view bytes, tuning::Database* db) {
+  db->Clear();
+  if (format == FileFormat::kBinary) {
+    if (bytes.size() > static_cast<size_t>(INT_MAX)) return "larger than 2 GiB";
+    // Malformed UTF-8 in a string field makes protobuf log; a corrupt file is
+    // an error we return, not a log line.
+    google::protobuf::LogSilencer silence;
+    // The checksum is the last field: the hash of every byte before it. It
+    // is read before parsing, so that damage which also breaks the parse
+    // is named as damage.
+    const size_t body = bytes.size() - std::min(bytes.size(), kChecksumBytes);
+    const bool trailer = bytes.size() >= kChecksumBytes && bytes.substr(body, 2) == absl::string_view(kChecksumTag, 2);
+    uint64_t stored = 0;
+    for (size_t i = 0; trailer && i < 8; ++i) stored |= uint64_t{static_cast<uint8_t>(bytes[body + 2 + i])} << (8 * i);
+    const bool sum_ok = trailer && Fnv1a(bytes.substr(0, body)) == stored;
+    constexpr const char* kMismatch = "checksum mismatch (the file was changed or damaged after it was written)";
+    if (!db->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+      return trailer && !sum_ok ? kMismatch : "not a binary protobuf Database";
+    }
+    // A file that ends like a checksum whose sum is wrong is damaged, unless
+    // it is a whole schema-1 file (no checksum) that happens to end so.
+    const bool old_file = db->has_entry_count() && db->schema_version() == 1;
+    if (trailer && !sum_ok && !old_file) return kMismatch;
+    if (!db->has_entry_count()) return "no entry_count trailer (truncated?)";
+    if (db->schema_version() < 2) return "";  // older files carry no checksum
+    if (!db->has_checksum() || !trailer) return "no checksum at its end (cut short or changed)";
+    if (!sum_ok) return kMismatch;
+    return "";
+  }
+  google::protobuf::TextFormat::Parser parser;
+  FirstError errors;
+  parser.RecordErrorsTo(&errors);
+  google::protobuf::io::ArrayInputStream in(bytes.data(), static_cast<int>(bytes.size()));
+  if (!parser.Parse(&in, db)) return errors.error.empty() ? "not text format" : errors.error;
+  return "";
+}
+
+// `db` in binary with the checksum trailer.
+std::string BinaryBytes(const tuning::Database& db) {
+  std::string bytes = db.SerializeAsString();
+  const uint64_t sum = Fnv1a(bytes);
+  bytes.append(kChecksumTag, 2);
+  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((sum >> (8 * i)) & 0xff));
+  return bytes;
+}
+
+// `db` as the file `path` holds it: text or binary by its extension.
+absl::StatusOr<std::string> FileBytes(const tuning::Database& db, const std::string& path) {
+  if (FormatForPath(path) == FileFormat::kBinary) return BinaryBytes(db);
+  std::string text;
+  if (!google::protobuf::TextFormat::PrintToString(db, &text)) {
+    return absl::InternalError(absl::StrCat("cannot print ", path, " as text"));
+  }
+  return text;
+}
+
+}  // namespace
+
+FileFormat FormatForPath(absl::string_view path) {
+  for (absl::string_view ext : {".txtpb", ".textproto", ".pbtxt"}) {
+    if (absl::EndsWith(path, ext)) return FileFormat::kText;
+  }
+  return FileFormat::kBinary;
+}
+
+// ---- Files ---------------------------------------------------------------------
+
+TuningDb::TuningDb() {
+  db_.set_schema_version(kSchemaVersion);
+  db_.set_entry_count(0);
+}
+
+absl::StatusOr<TuningDb> TuningDb::Load(const std::string& path) {
+  // A link planted in a shared folder is not followed for reading either.
+  if (absl::StatusOr<std::string> file = internal::ResolvePath(path); !file.ok()) return file.status();
+  absl::StatusOr<std::string> bytes = internal::ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<TuningDb> db = Parse(*bytes, path);
+  if (db.ok()) Log(LogLevel::kInfo, absl::StrCat("read table ", path, ": ", db->size(), " entries"));
+  return db;
+}
+
+absl::StatusOr<TuningDb> TuningDb::Parse(absl::string_view bytes, absl::string_view name) {
+  auto loss = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat(name, ": not a kreg tuning database: ", why));
+  };
+  if (bytes.empty()) return loss("the file is empty");
+  FileFormat first = FormatForPath(name);
+  FileFormat second = first == FileFormat::kText ? FileFormat::kBinary : FileFormat::kText;
+  tuning::Database db;
+  std::string why = ParseAs(first, bytes, &db);
+  // A file that parses but carries no schema_version is foreign: try the
+  // other format before giving up.
+  if (!why.empty() || db.schema_version() == 0) {
+    tuning::Database other;
+    std::string other_why = ParseAs(second, bytes, &other);
+    if (other_why.empty() && other.schema_version() != 0) {
+      db = std::move(other);
+      why.clear();
+      first = second;  // the format it is in
+    } else if (why.empty()) {
+      why = "no schema_version";
+    } else {
+      why = absl::StrCat(why, "; as ", first == FileFormat::kText ? "binary" : "text", ": ",
+                         other_why.empty() ? "no schema_version" : other_why);
+    }
+  }
+  if (!why.empty()) return loss(why);
+  if (db.has_entry_count() && db.entry_count() != static_cast<uint64_t>(db.entries_size())) {
+    return loss(absl::StrCat("entry_count says ", db.entry_count(), " entries, the file holds ",
+                             db.entries_size(), " (truncated?)"));
+  }
+  const bool unchecked = first == FileFormat::kBinary && db.schema_version() < 2;
+  // Binary strings are valid UTF-8 already (protobuf checks); text ones need
+  // not be, and would make the table unreadable once saved as binary.
+  if (first == FileFormat::kText) Sanitize(&db);
+  absl::StatusOr<TuningDb> out = Adopt(std::move(db));
+  if (!out.ok()) return absl::Status(out.status().code(), absl::StrCat(name, ": ", out.status().message()));
+  if (unchecked) {
+    out->unchecked_ = absl::StrCat(name, ": written by an older kreg (schema 1) without a checksum, so damage to "
+                                   "it cannot be detected; it gets one when next saved");
+  }
+  return out;
+}
+
+namespace {
+
+// The numbers of a table's records within kreg/limits.h's bounds: a hostile
+// or careless value fails the load, naming its record (a 2^31 thread count
+// would crash oneTBB's arena; a -1 median win every query; NaN break every
+// comparison).
+absl::Status CheckNumbers(const tuning::Database& db) {
+  for (const tuning::Machine& m : db.machines()) {
+    if (absl::Status s = limits::CheckCores(m.cores(), absl::StrCat("machine ", m.id(), ": cores")); !s.ok()) return s;
+  }
+  for (const tuning::CommModel& m : db.comm_models()) {
+    const std::string where = absl::StrCat("communicator model ", m.backend(), " @", m.machine_id(), ": ");
+    for (const auto& [value, name] : {std::pair{m.alpha_s(), "alpha_s"}, std::pair{m.beta_s_per_byte(), "beta_s_per_byte"},
+                                      std::pair{m.gamma_s_per_byte(), "gamma_s_per_byte"}}) {
+      if (absl::Status s = limits::CheckFinite(value, absl::StrCat(where, name)); !s.ok()) return s;
+    }
+    if (absl::Status s = limits::CheckRanks(m.ranks(), absl::StrCat(where, "ranks")); !s.ok()) return s;
+  }
+  for (int i = 0; i < db.entries_size(); ++i) {
+    const tuning::Entry& e = db.entries(i);
+    // The checks first; the record's name only for a failure (a table of
+    // 10k entries is checked on every load).
+    auto check = [&](const Trial& t, absl::string_view which) -> absl::Status {
+      const std::pair<const char*, absl::Status> checks[] = {
+          {"threads", limits::CheckThreads(t.threads(), "")},
+          {"median_ns", limits::CheckNs(t.median_ns(), "")},
+          {"min_ns", limits::CheckNs(t.min_ns(), "")},
+          {"max_ns", limits::CheckNs(t.max_ns(), "")},
+          {"relative_iqr", limits::CheckFinite(t.relative_iqr(), "")},
+          {"reps", limits::CheckReps(t.reps(), "", 0)},
+      };
+      for (const auto& [field, s] : checks) {
+        if (s.ok()) continue;
+        return absl::InvalidArgumentError(absl::StrCat("entry ", i, " (", KeyString(e.key()), "): ", which, " ",
+                                                       t.variant(), " ", ConfigText(t.config()), ": ", field, ": ",
+                                                       s.message()));
+      }
+      return absl::OkStatus();
+    };
+    for (const Trial& t : e.trials()) {
+      if (absl::Status s = check(t, "trial"); !s.ok()) return s;
+    }
+    for (const Trial& t : e.partial()) {
+      if (absl::Status s = check(t, "partial trial"); !s.ok()) return s;
+    }
+    if (e.has_best()) {
+      if (absl::Status s = check(e.best(), "best"); !s.ok()) return s;
+    }
+    if (e.has_runner_up()) {
+      if (absl::Status s = check(e.runner_up(), "runner_up"); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TuningDb> TuningDb::FromProto(tuning::Database database) {
+  Sanitize(&database);
+  return Adopt(std::move(database));
+}
+
+absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database database) {
+  // Fields this kreg does not know (a newer kreg's: it bumps schema_version
+  // for any it needs kept) are dropped, so what it prints parses again.
+  database.DiscardUnknownFields();
+  if (database.schema_version() == 0) {
+    return absl::DataLossError("no schema_version: not a kreg tuning database");
+  }
+  if (database.schema_version() > kSchemaVersion) {
+    return absl::DataLossError(absl::StrCat("schema_version ", database.schema_version(),
+                                            " is newer than this kreg reads (", kSchemaVersion,
+                                            "); upgrade kreg"));
+  }
+  for (int i = 0; i < database.entries_size(); ++i) {
+    if (database.entries(i).key().op().empty()) {
+      return absl::DataLossError(absl::StrCat("entry ", i, " has no op"));
+    }
+  }
+  if (absl::Status s = CheckNumbers(database); !s.ok()) return s;
+  TuningDb out;
+  for (tuning::Machine& m : *database.mutable_machines()) out.AddMachine(std::move(m));
+  for (const tuning::CommModel& m : database.comm_models()) out.SetCommModel(m);
+  for (tuning::Entry& e : *database.mutable_entries()) {
+    const int index = out.FindOrAddEntry(e.key());
+    tuning::Entry* entry = out.db_.mutable_entries(index);
+    // A slim file's only trials are its winners. Where the winners are
+    // among the trials too, the trials are the truth: the winner fields
+    // are copies (an edited trial beats a stale copy of itself).
+    absl::flat_hash_set<std::string> listed;
+    for (const Trial& t : e.trials()) {
+      out.PutTrial(index, t, /*keep_newer=*/true);
+      listed.insert(TrialIdOf(t));
+    }
+    for (const Trial& t : e.partial()) out.PutPartial(index, t);
+    if (e.has_best() && !listed.contains(TrialIdOf(e.best()))) out.PutTrial(index, e.best(), /*keep_newer=*/true);
+    if (e.has_runner_up() && !listed.contains(TrialIdOf(e.runner_up()))) {
+      out.PutTrial(index, e.runner_up(), /*keep_newer=*/true);
+    }
+    if (e.tuned_at() >= entry->tuned_at()) {
+      entry->set_tool_version(e.tool_version());
+      entry->set_strategy(e.strategy());
+      entry->set_tuned_at(e.tuned_at());
+      entry->set_incomplete(e.incomplete());
+    }
+  }
+  for (int i = 0; i < out.db_.entries_size(); ++i) out.RecomputeWinners(i);
+  return out;
+}
+
+absl::Status TuningDb::Save(const std::string& path, const SaveOptions& options) const {
+  const tuning::Database* db = &db_;
+  tuning::Database slim;
+  if (options.winners_only || options.best_per_variant) {
+    slim = db_;
+    for (tuning::Entry& e : *slim.mutable_entries()) {
+      e.clear_partial();
+      if (options.winners_only) {
+        e.clear_trials();
+        continue;
+      }
+      // Each variant's fastest OK trial (the entry's winners among them),
+      // per combination of its named choices: a choice may need an ISA
+      // (topk/heap's simd, gmm/tiled's micro), and a machine without it
+      // must still find the variant's best that it can run.
+      auto choices = [](const Trial& t) {
+        std::string out;
+        for (const tuning::ParamValue& p : t.config().params()) {
+          if (p.value_case() == tuning::ParamValue::kChoice) absl::StrAppend(&out, p.name(), "=", p.choice(), ";");
+        }
+        return out;
+      };
+      std::vector<Trial> kept;
+      std::vector<std::string> kept_choices;  // choices(kept[i])
+      for (const Trial& t : e.trials()) {
+        if (!Eligible(t)) continue;
+        const std::string mine = choices(t);
+        size_t i = 0;
+        while (i < kept.size() && !(kept[i].variant() == t.variant() &&
+                                    kept[i].variant_version() == t.variant_version() && kept_choices[i] == mine)) {
+          ++i;
+        }
+        if (i == kept.size()) {
+          kept.push_back(t);
+          kept_choices.push_back(mine);
+        } else if (t.median_ns() < kept[i].median_ns()) {
+          kept[i] = t;
+        }
+      }
+      std::sort(kept.begin(), kept.end(), [](const Trial& a, const Trial& b) { return a.median_ns() < b.median_ns(); });
+      // best and runner_up are the first two: readers derive them again.
+      e.clear_trials();
+      e.clear_best();
+      e.clear_runner_up();
+      for (Trial& t : kept) *e.add_trials() = std::move(t);
+    }
+    db = &slim;
+  }
+  absl::StatusOr<std::string> file = internal::ResolvePath(path);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<std::string> bytes = FileBytes(*db, *file);
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<internal::FileLock> lock = internal::FileLock::Acquire(*file);
+  if (!lock.ok()) return lock.status();
+  internal::RemoveStaleTemporaries(*file);
+  return internal::AtomicWrite(*file, *bytes);
+}
+
+absl::Status TuningDb::CheckWritable(const std::string& path) {
+  absl::StatusOr<std::string> file = internal::ResolvePath(path);
+  if (!file.ok()) return file.status();
+  const std::filesystem::path parent = std::filesystem::path(*file).parent_path();
+  const std::string folder = parent.empty() ? std::string(".") : parent.string();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(folder, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no folder ", folder));
+  }
+  if (access(file->c_str(), F_OK) == 0 && access(file->c_str(), W_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(*file, ": this user may not write it; not replaced"));
+  }
+  if (access(folder.c_str(), W_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(path, ": this user may not create files in ", folder));
+  }
+  return internal::FileLock::Acquire(*file).status();
+}
+
+absl::Status TuningDb::SaveMerged(const std::string& path) {
+  absl::StatusOr<std::string> file = internal::ResolvePath(path);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<internal::FileLock> lock = internal::FileLock::Acquire(*file);
+  if (!lock.ok()) return lock.status();
+  internal::RemoveStaleTemporaries(*file);
+  absl::StatusOr<TuningDb> current = Load(*file);
+  if (!current.ok() && !absl::IsNotFound(current.status())) return current.status();
+  TuningDb merged = current.ok() ? *std::move(current) : TuningDb();
+  merged.MergeFrom(*this);
+  absl::StatusOr<std::string> bytes = FileBytes(merged.db_, *file);
+  if (!bytes.ok()) return bytes.status();
+  if (absl::Status s = internal::AtomicWrite(*file, *bytes); !s.ok()) return s;
+  merged.unchecked_.clear();
+  *this = std::move(merged);
+  return absl::OkStatus();
+}
+
+std::string TuningDb::ToBinary() const { return BinaryBytes(db_); }
+
+// ---- Shipped tables ----------------------------------------------------------------
+
+std::vector<std::string> ShippedTableDirs() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("KREG_TABLE_PATH")) {
+    for (absl::string_view part : absl::StrSplit(env, ':', absl::SkipEmpty())) dirs.emplace_back(part);
+    return dirs;
+  }
+  auto add = [&dirs](std::string dir) {
+    if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(std::move(dir));
+  };
+  if (!InstallPrefix().empty()) add(absl::StrCat(InstallPrefix(), "/", KREG_INSTALL_TABLE_SUBDIR));
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) add((exe.parent_path().parent_path() / "share" / "kreg" / "tables").string());
+  add(KREG_INSTALL_TABLE_DIR);
+  return dirs;
+}
+
+TuningDb ShippedTables(std::vector<std::string>* warnings) {
+  TuningDb merged;
+  std::vector<std::string> seen;  // file names
+  for (const std::string& dir : ShippedTableDirs()) {
+    std::error_code ec;
+    std::vector<std::filesystem::path> files;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      if (e.path().extension() == ".txtpb") files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const std::filesystem::path& file : files) {
+      if (std::find(seen.begin(), seen.end(), file.filename().string()) != seen.end()) continue;
+      seen.push_back(file.filename().string());
+      absl::StatusOr<TuningDb> db = TuningDb::Load(file.string());
+      if (!db.ok()) {
+        warnings->push_back(absl::StrCat("shipped table skipped: ", db.status().message()));
+        continue;
+      }
+      merged.MergeFrom(*db);
+    }
+  }
+  return merged;
+}
+
+}  // namespace kreg
