@@ -59,7 +59,8 @@ done
 [ "$seen" -ge 50 ] || fail "no results came in 60 s"
 for p in /proc/[0-9]*; do
   [ "$(cat "$p/comm" 2>/dev/null)" = kreg ] || continue
-  environ=$(tr '\0' '\n' < "$p/environ" 2>/dev/null)
+  # (a process may end between the two reads: not an error)
+  environ=$({ tr '\0' '\n' < "$p/environ"; } 2>/dev/null || true)
   if echo "$environ" | grep -qx "OMPI_COMM_WORLD_RANK=1" && echo "$environ" | grep -qx "$mark"; then
     kill -9 "${p#/proc/}"
   fi
