@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kreg/limits.h"
 #include "kreg/registry.h"
 
 namespace kreg {
@@ -289,6 +290,32 @@ absl::Status RunRanks(const std::vector<std::unique_ptr<Comm>>& comms,
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<CommBackend> ParseCommBackend(absl::string_view name) {
+  if (name == "threads") return CommBackend::kThreads;
+  if (name == "mpi") return CommBackend::kMpi;
+  return absl::InvalidArgumentError(absl::StrCat("backend '", name, "': expected threads or mpi"));
+}
+
+absl::string_view CommBackendName(CommBackend backend) { return backend == CommBackend::kMpi ? "mpi" : "threads"; }
+
+absl::StatusOr<std::vector<std::unique_ptr<Comm>>> OpenComms(CommBackend backend, int ranks,
+                                                             const CommOptions& options) {
+  std::vector<std::unique_ptr<Comm>> comms;
+  if (backend == CommBackend::kThreads) {
+    if (ranks == 0) return comms;
+    if (absl::Status s = limits::CheckThreadRanks(ranks, "ranks"); !s.ok()) return s;
+    return ThreadComms(ranks, options);
+  }
+  absl::StatusOr<std::unique_ptr<Comm>> comm = LoadMpiComm(options);
+  if (!comm.ok()) return comm.status();
+  if (ranks > 0 && ranks != (*comm)->size()) {
+    return absl::InvalidArgumentError(absl::StrCat("--ranks ", ranks, " but the MPI job has ", (*comm)->size(),
+                                                   " ranks (mpirun -n sets them)"));
+  }
+  comms.push_back(*std::move(comm));
+  return comms;
 }
 
 }  // namespace kreg

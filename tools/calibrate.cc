@@ -107,16 +107,12 @@ absl::Status Calibrate(const Flags& flags) {
   if (flags.db.empty()) return absl::InvalidArgumentError("calibrate needs --db FILE");
   CommOptions options;
   options.timeout_seconds = flags.comm_timeout;
-  std::vector<std::unique_ptr<Comm>> comms;
-  if (flags.backend == "mpi") {
-    absl::StatusOr<std::unique_ptr<Comm>> comm = LoadMpiComm(options);
-    if (!comm.ok()) return comm.status();
-    comms.push_back(*std::move(comm));
-  } else if (flags.backend == "threads") {
-    comms = ThreadComms(flags.ranks > 0 ? flags.ranks : 2, options);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--backend '", flags.backend, "': expected threads or mpi"));
-  }
+  absl::StatusOr<CommBackend> backend = BackendOf(flags);
+  if (!backend.ok()) return backend.status();
+  absl::StatusOr<std::vector<std::unique_ptr<Comm>>> opened =
+      OpenComms(*backend, *backend == CommBackend::kThreads && flags.ranks == 0 ? 2 : flags.ranks, options);
+  if (!opened.ok()) return opened.status();
+  std::vector<std::unique_ptr<Comm>> comms = *std::move(opened);
   tuning::CommModel model;
   absl::Status ran = RunRanks(comms, [&](Comm& c) -> absl::Status {
     absl::StatusOr<tuning::CommModel> m = Measure(c);

@@ -3,9 +3,11 @@
 #include <iostream>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "kreg/answer.h"
 #include "kreg/comm.h"
 #include "kreg/device.h"
 #include "kreg/tuner.h"
@@ -56,19 +58,14 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Pairs(const std
 
 absl::StatusOr<ProblemOptions> OptionsFromFlags(const Flags& flags) {
   ProblemOptions options;
-  absl::StatusOr<std::vector<std::string>> dtypes = SplitList(flags.dtype);
-  if (!dtypes.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype: ", dtypes.status().message()));
+  absl::StatusOr<std::map<std::string, DType>> dtypes = ParseDTypes(flags.dtype);
+  if (!dtypes.ok()) {  // "--dtype 'x': expected ...", "--dtype: the value is empty"
+    const absl::string_view m = dtypes.status().message();
+    return absl::InvalidArgumentError(absl::StrCat("--dtype", absl::StartsWith(m, "'") ? " " : ": ", m));
+  }
+  options.dtypes = *std::move(dtypes);
   absl::StatusOr<std::vector<std::string>> with = SplitList(flags.with);
   if (!with.ok()) return absl::InvalidArgumentError(absl::StrCat("--with: ", with.status().message()));
-  for (absl::string_view item : *dtypes) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
-    if (item.find('=') == absl::string_view::npos) kv = {"", std::string(item)};
-    absl::StatusOr<DType> d = ParseDType(kv.second);
-    if (!d.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--dtype '", item, "': expected f32, bf16 or i32, or NAME=TYPE,..."));
-    }
-    options.dtypes[kv.first] = *d;
-  }
   options.with.insert(with->begin(), with->end());
   absl::StatusOr<Dist> dist = ParseDist(flags.dist);
   if (!dist.ok()) return absl::InvalidArgumentError(absl::StrCat("--dist: ", dist.status().message()));
@@ -236,25 +233,6 @@ Json MachineJson(const tuning::Machine& machine) {
   return out;
 }
 
-std::string AnswerHow(const LutAnswer& answer, bool detailed) {
-  std::string how(MatchName(answer.match));
-  if (answer.match == Match::kSimilar && answer.machine != nullptr) {
-    absl::StrAppend(&how, " (", MachineSummary(*answer.machine), ")");
-  }
-  if (!detailed) {
-    // run's one line: how it matched
-  } else if (answer.match == Match::kDefault) {
-    absl::StrAppend(&how, ": ", answer.why);
-  } else if (answer.tuned_dims != nullptr) {
-    absl::StrAppend(&how, " from ", DimsString(*answer.tuned_dims),
-                    answer.trial != nullptr ? ", " + Ms(answer.trial->median_ns()) : "");
-  }
-  if (answer.threads > 0) absl::StrAppend(&how, ", on ", answer.threads, answer.threads == 1 ? " thread" : " threads");
-  if (answer.incomplete) absl::StrAppend(&how, ", incomplete");
-  if (detailed && !answer.table.empty()) absl::StrAppend(&how, ", in ", answer.table);
-  return how;
-}
-
 absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry) {
   TuningDb db;
   if (!flags.db.empty()) {
@@ -267,62 +245,38 @@ absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry) {
 
 absl::StatusOr<Lut> AnsweringLut(const Flags& flags, const Registry& registry, TuningDb db,
                                  absl::string_view given_name) {
-  if (absl::Status s = CheckConfigs(db, registry, given_name); !s.ok()) return s;
-  LutOptions options;
-  if (flags.machine == "strict") {
-    options.machines = MachinePolicy::kStrict;
-  } else if (flags.machine != "similar") {
-    return absl::InvalidArgumentError(absl::StrCat("--machine '", flags.machine, "': expected similar or strict"));
-  }
-  // Asked for a GPU: its record joins each table's, so an untuned GPU finds
-  // a tuned one of its SM version.
-  std::vector<tuning::Machine> gpus;
-  if (flags.device == "cuda") {
-    if (absl::StatusOr<std::vector<GpuInfo>> found = CudaDevices(); found.ok()) {
-      for (const GpuInfo& g : *found) gpus.push_back(MachineOf(g));
-    }
-  }
-  auto build = [&](TuningDb table) -> absl::StatusOr<Lut> {
-    for (const tuning::Machine& m : gpus) table.AddMachine(m);
-    absl::StatusOr<Lut> lut = Lut::Build(table, registry, options);
-    if (lut.ok()) {
-      for (const std::string& w : lut->warnings()) Warn(flags, w);
-    }
-    return lut;
-  };
-  const bool given = !given_name.empty() || db.size() > 0;
-  if (flags.no_shipped) return build(std::move(db));
-  // The shipped tables behind the user's, not pooled with it (Lut::Layered):
-  // the user's answers where it has as good a match.
+  AnswerPolicy policy;
+  absl::StatusOr<MachinePolicy> machines = ParseMachinePolicy(flags.machine);
+  if (!machines.ok()) return absl::InvalidArgumentError(absl::StrCat("--", machines.status().message()));
+  policy.machines = *machines;
+  policy.shipped = !flags.no_shipped;
+  absl::StatusOr<DeviceKind> device = DeviceOf(flags);
+  if (!device.ok()) return device.status();
+  policy.device = *device;
   std::vector<std::string> warnings;
-  TuningDb shipped = ShippedTables(&warnings);
+  absl::StatusOr<Lut> lut = kreg::AnsweringLut(registry, std::move(db), given_name, policy, &warnings);
   for (const std::string& w : warnings) Warn(flags, w);
-  tuning::Database known;  // the entries of loaded ops
-  *known.mutable_machines() = shipped.proto().machines();
-  for (const tuning::Entry& e : shipped.proto().entries()) {
-    if (registry.GetOp(e.key().op()).ok()) *known.add_entries() = e;
-  }
-  known.set_schema_version(kSchemaVersion);
-  absl::StatusOr<TuningDb> adopted = TuningDb::FromProto(std::move(known));
-  if (!adopted.ok()) return adopted.status();
-  absl::StatusOr<Lut> behind = build(*std::move(adopted));
-  if (!behind.ok() || !given) return behind;
-  absl::StatusOr<Lut> front = build(std::move(db));
-  if (!front.ok() || behind->size() == 0) return front;  // nothing shipped (KREG_TABLE_PATH=)
-  return Lut::Layered(*std::move(front), given_name.empty() ? "the given table" : std::string(given_name),
-                      *std::move(behind), "the shipped tables");
+  return lut;
 }
 
 // ---- The table's choice ---------------------------------------------------------------
 
+absl::StatusOr<CommBackend> BackendOf(const Flags& flags) {
+  absl::StatusOr<CommBackend> backend = ParseCommBackend(flags.backend);
+  if (!backend.ok()) return absl::InvalidArgumentError(absl::StrCat("--", backend.status().message()));
+  return backend;
+}
+
+absl::StatusOr<DeviceKind> DeviceOf(const Flags& flags) {
+  absl::StatusOr<DeviceKind> device = ParseDevice(flags.device);
+  if (!device.ok()) return absl::InvalidArgumentError(absl::StrCat("--", device.status().message()));
+  return device;
+}
+
 absl::StatusOr<tuning::Machine> DeviceMachine(const Flags& flags) {
-  if (flags.device == "cpu") return ThisMachine();
-  if (flags.device != "cuda") {
-    return absl::InvalidArgumentError(absl::StrCat("--device '", flags.device, "': expected cpu or cuda"));
-  }
-  absl::StatusOr<std::vector<GpuInfo>> gpus = CudaDevices();
-  if (!gpus.ok()) return absl::FailedPreconditionError(absl::StrCat("--device cuda: ", gpus.status().message()));
-  return MachineOf(gpus->front());
+  absl::StatusOr<DeviceKind> device = DeviceOf(flags);
+  if (!device.ok()) return device.status();
+  return kreg::DeviceMachine(*device);
 }
 
 std::string TimingName(const Flags& flags) {
@@ -334,16 +288,16 @@ absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpe
                                             const kreg_args& args) {
   absl::StatusOr<Lut> lut = AnsweringLut(flags, registry);
   if (!lut.ok()) return lut.status();
-  const OpKey key = spec.op->KeyOf(args);
   absl::StatusOr<std::string> data_class = DataClassOf(flags, spec, args);
   if (!data_class.ok()) return data_class.status();
-  absl::StatusOr<tuning::Machine> asked = DeviceMachine(flags);
-  if (!asked.ok()) return asked.status();
-  const std::string& machine = asked->id();
-  absl::StatusOr<LutAnswer> a =
-      lut->Query(spec.op->name(), key.dtype, key.dims, machine, *data_class, ThreadsAvailable(flags.threads));
-  if (!a.ok()) return a.status();
-  for (const std::string& w : a->warnings) Warn(flags, w);
+  absl::StatusOr<DeviceKind> device = DeviceOf(flags);
+  if (!device.ok()) return device.status();
+  std::vector<std::string> warnings;
+  absl::StatusOr<QueryRecord> record =
+      AskTable(*lut, *spec.op, args, *std::move(data_class), *device, flags.threads, &warnings);
+  for (const std::string& w : warnings) Warn(flags, w);
+  if (!record.ok()) return record.status();
+  const LutAnswer* a = &record->answer;
   absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry.Get(a->kernel->name());
   if (!kernel.ok()) return kernel.status();
   TableChoice choice;
@@ -351,7 +305,7 @@ absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpe
   choice.config = *a->config;
   choice.how = AnswerHow(*a, /*detailed=*/false);
   choice.threads = a->threads;
-  choice.answer = AnswerJson(MakeProblemKey(spec.op->name(), key, machine, *data_class), *a);
+  choice.answer = AnswerJson(record->key, *a);
   return choice;
 }
 

@@ -16,6 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kreg/answer.h"
+#include "kreg/comm.h"
 #include "kreg/kreg_tuning.pb.h"
 #include "kreg/limits.h"
 #include "kreg/lut.h"
@@ -142,6 +144,10 @@ absl::Status ShapeArgsOf(const ProblemSpec& spec, ShapeArgs* out);
 // store it.
 absl::StatusOr<std::string> DataClassOf(const Flags& flags, const ProblemSpec& spec, const kreg_args& args);
 
+// --backend as a CommBackend (InvalidArgument naming the flag).
+absl::StatusOr<CommBackend> BackendOf(const Flags& flags);
+// --device as a DeviceKind (InvalidArgument naming the flag).
+absl::StatusOr<DeviceKind> DeviceOf(const Flags& flags);
 // The machine --device names: this CPU (cpu), or CUDA device 0 as a table's
 // machine (cuda; FailedPrecondition saying why where there is none).
 absl::StatusOr<tuning::Machine> DeviceMachine(const Flags& flags);
@@ -192,10 +198,6 @@ struct TableChoice {
   Json answer;      // the answer record
   int threads = 0;  // LutAnswer::threads
 };
-// How an answer matched, for people: "exact", "similar machine (AMD EPYC,
-// zen2, avx2, 2 cores)", "default"; `detailed` adds where from ("exact from
-// DIMS, 1.2 ms") or why ("default: WHY"); then ", incomplete" if so.
-std::string AnswerHow(const LutAnswer& answer, bool detailed);
 absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpec& spec, const Registry& registry,
                                             const kreg_args& args);
 

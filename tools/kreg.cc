@@ -164,40 +164,15 @@ class HelpFormatter : public CLI::FormatterBase {
 
 // ---- list ------------------------------------------------------------------------
 
-std::string ParamValues(const ParamInfo& p) {
-  if (p.kind == KREG_PARAM_CHOICE) {
-    std::vector<std::string> names;
-    for (size_t c = 0; c < p.choices.size(); ++c) {
-      names.push_back(p.choices[c] + (p.ChoiceAvailable(static_cast<int64_t>(c), CpuIsa()) ? "" : "(n/a)"));
-    }
-    return absl::StrCat("{", absl::StrJoin(names, ","), "}");
-  }
-  if (p.values_kind == KREG_VALUES_LISTED) return absl::StrCat("{", absl::StrJoin(p.listed, ","), "}");
-  return absl::StrCat(p.values_kind == KREG_VALUES_POW2 ? "powers of two in [" : "[", p.lo, "..", p.hi,
-                      p.values_kind == KREG_VALUES_RANGE ? absl::StrCat(" step ", p.step) : "", "]");
-}
-
-const char* ParamType(const ParamInfo& p) {
-  switch (p.kind) {
-    case KREG_PARAM_INT:
-      return "int";
-    case KREG_PARAM_INT_LIST:
-      return "int_list";
-    case KREG_PARAM_CHOICE:
-      return "choice";
-  }
-  return "?";
-}
-
 std::string ParamKind(const ParamInfo& p) {
   const std::string when = p.when_param >= 0 ? " (when another parameter allows)" : "";
   switch (p.kind) {
     case KREG_PARAM_INT:
-      return absl::StrCat("int ", ParamValues(p), when);
+      return absl::StrCat("int ", ParamValuesText(p), when);
     case KREG_PARAM_INT_LIST:
-      return absl::StrCat("list of ", ParamValues(p), when);
+      return absl::StrCat("list of ", ParamValuesText(p), when);
     case KREG_PARAM_CHOICE:
-      return absl::StrCat("choice ", ParamValues(p), when);
+      return absl::StrCat("choice ", ParamValuesText(p), when);
   }
   return "?";
 }
@@ -227,8 +202,8 @@ Json KernelJson(const PluginInfo& plugin, const Kernel& k) {
     const ParamInfo& p = k.params()[i];
     Json param = Json::object();
     param["name"] = Str(p.name);
-    param["type"] = ParamType(p);
-    param["values"] = Str(ParamValues(p));
+    param["type"] = ParamTypeName(p);
+    param["values"] = Str(ParamValuesText(p));
     param["conditional"] = p.when_param >= 0;
     param["doc"] = Str(p.doc);
     space.push_back(std::move(param));
@@ -491,24 +466,21 @@ absl::Status Run(const Flags& given) {
   const int thread_ranks = flags.ranks > 0 || spec->mesh.empty() || !op.collective()
                                ? flags.ranks
                                : static_cast<int>(spec->values.dims[op.ranks_dim()]);
-  if (flags.backend == "mpi") {
-    if (!op.collective()) {
-      return absl::InvalidArgumentError(absl::StrCat("--backend mpi: ", op.name(), " is not a collective op"));
-    }
-    absl::StatusOr<std::unique_ptr<Comm>> comm = LoadMpiComm(comm_options);
-    if (!comm.ok()) return comm.status();
-    if (flags.ranks > 0 && flags.ranks != (*comm)->size()) {
-      return absl::InvalidArgumentError(absl::StrCat("--ranks ", flags.ranks, " but the MPI job has ",
-                                                     (*comm)->size(), " ranks (mpirun -n sets them)"));
-    }
-    flags.nodes = (*comm)->nodes();
-    comms.push_back(*std::move(comm));
-  } else if (flags.backend != "threads") {
-    return absl::InvalidArgumentError(absl::StrCat("--backend '", flags.backend, "': expected threads or mpi"));
-  } else if (thread_ranks > 0) {
+  absl::StatusOr<CommBackend> backend = BackendOf(flags);
+  if (!backend.ok()) return backend.status();
+  if (*backend == CommBackend::kMpi && !op.collective()) {
+    return absl::InvalidArgumentError(absl::StrCat("--backend mpi: ", op.name(), " is not a collective op"));
+  }
+  if (*backend == CommBackend::kThreads && thread_ranks > 0) {
     if (absl::Status s = limits::CheckThreadRanks(thread_ranks, "--mesh's size"); !s.ok()) return s;
-    comms = ThreadComms(thread_ranks, comm_options);
-  } else if (op.collective()) {
+  }
+  absl::StatusOr<std::vector<std::unique_ptr<Comm>>> opened =
+      OpenComms(*backend, *backend == CommBackend::kMpi ? flags.ranks : thread_ranks, comm_options);
+  if (!opened.ok()) return opened.status();
+  comms = *std::move(opened);
+  if (*backend == CommBackend::kMpi) {
+    flags.nodes = comms.front()->nodes();
+  } else if (thread_ranks == 0 && op.collective()) {
     return absl::InvalidArgumentError(absl::StrCat(op.name(), " is a collective op: give --ranks N"));
   }
   Json chosen_by = nullptr;

@@ -253,17 +253,17 @@ absl::Status Tune(const Flags& flags) {
   if (flags.backend == "mpi" && base.device != 0) {
     return absl::InvalidArgumentError("--device cuda: a sweep on the GPU runs in one process, not under mpirun");
   }
-  if (flags.backend == "mpi") {
+  absl::StatusOr<CommBackend> backend = BackendOf(flags);
+  if (!backend.ok()) return backend.status();
+  if (*backend == CommBackend::kMpi) {
     CommOptions comm_options;
     comm_options.timeout_seconds = flags.comm_timeout;
     comm_options.mesh = mesh;
-    absl::StatusOr<std::unique_ptr<Comm>> comm = LoadMpiComm(comm_options);
+    absl::StatusOr<std::vector<std::unique_ptr<Comm>>> comm = OpenComms(CommBackend::kMpi, 0, comm_options);
     if (!comm.ok()) return comm.status();
-    mpi = *std::move(comm);
+    mpi = std::move(comm->front());
     base.comm = mpi.get();
     if (mpi->rank() != 0) base.db_path.clear();
-  } else if (flags.backend != "threads") {
-    return absl::InvalidArgumentError(absl::StrCat("--backend '", flags.backend, "': expected threads or mpi"));
   }
   const bool reports = mpi == nullptr || mpi->rank() == 0;
 
@@ -342,30 +342,31 @@ absl::Status Query(const Flags& flags) {
   if (!registry.ok()) return registry.status();
   absl::StatusOr<Lut> lut = AnsweringLut(flags, **registry);
   if (!lut.ok()) return lut.status();
-  absl::StatusOr<tuning::Machine> asked = DeviceMachine(flags);
-  if (!asked.ok()) return asked.status();
-  const std::string& machine = asked->id();
+  absl::StatusOr<DeviceKind> device = DeviceOf(flags);
+  if (!device.ok()) return device.status();
   for (const std::string& d : flags.dims) {
     absl::StatusOr<ProblemSpec> spec = SpecFromFlags(flags, **registry, flags.target, d);
     if (!spec.ok()) return spec.status();
     // The key comes from arguments, as for tune and dispatch: shape-only ones.
     ShapeArgs shape;
     if (absl::Status s = ShapeArgsOf(*spec, &shape); !s.ok()) return absl::InvalidArgumentError(s.message());
-    const OpKey key = spec->op->KeyOf(*shape.args());
     absl::StatusOr<std::string> data_class = DataClassOf(flags, *spec, *shape.args());
     if (!data_class.ok()) return data_class.status();
-    absl::StatusOr<LutAnswer> a =
-        lut->Query(spec->op->name(), key.dtype, key.dims, machine, *data_class, ThreadsAvailable(flags.threads));
-    if (!a.ok()) return a.status();
-    for (const std::string& w : a->warnings) Warn(flags, w);
+    std::vector<std::string> warnings;
+    absl::StatusOr<QueryRecord> record =
+        AskTable(*lut, *spec->op, *shape.args(), *data_class, *device, flags.threads, &warnings);
+    for (const std::string& w : warnings) Warn(flags, w);
+    if (!record.ok()) return record.status();
+    const LutAnswer* a = &record->answer;
     if (flags.json) {
-      std::cout << Dump(AnswerJson(MakeProblemKey(spec->op->name(), key, machine, *data_class), *a)) << "\n";
+      std::cout << Dump(AnswerJson(record->key, *a)) << "\n";
       continue;
     }
     const std::string config = a->kernel->ConfigString(*a->config);
     const std::string how = AnswerHow(*a, /*detailed=*/true);
-    std::cout << ValidUtf8(absl::StrFormat("%s %s %s%s -> %s%s%s  [%s]\n", spec->op->name(), key.dtype,
-                                           DimsString(key.dims), data_class->empty() ? "" : " [" + *data_class + "]",
+    std::cout << ValidUtf8(absl::StrFormat("%s %s %s%s -> %s%s%s  [%s]\n", spec->op->name(), record->key.dtype(),
+                                           DimsString(KeyDims(record->key)),
+                                           data_class->empty() ? "" : " [" + *data_class + "]",
                                            a->kernel->name(), config.empty() ? "" : " ", config, how));
   }
   return absl::OkStatus();

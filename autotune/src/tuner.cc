@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "kreg/comm.h"
 #include "kreg/device.h"
+#include "kreg/limits.h"
 #include "kreg/measure.h"
 #include "kreg/npy.h"
 #include "kreg/worker.h"
@@ -184,8 +185,26 @@ SearchOptions SearchOf(const TuneRequest& request, Sweep& sweep, const std::atom
 
 const char* ToolVersion() { return "kreg " KREG_VERSION; }
 
+absl::Status CheckTuneRequest(const TuneRequest& request) {
+  if (absl::Status s = limits::CheckReps(request.search.reps, "reps", 1); !s.ok()) return s;
+  if (absl::Status s = limits::CheckReps(request.warmup, "warmup", 0); !s.ok()) return s;
+  if (absl::Status s = limits::CheckSeconds(request.search.budget_seconds, "budget", limits::Zero::kAllowed);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = limits::CheckSeconds(request.timeout_seconds, "timeout", limits::Zero::kRefused); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = limits::CheckThreads(request.threads); !s.ok()) return s;
+  if (absl::Status s = limits::CheckCount(request.max_list_len, "max_list_len", 1, limits::kMaxListLen); !s.ok()) {
+    return s;
+  }
+  return limits::CheckCount(request.list_growth_rounds, "list_growth_rounds", 0, limits::kMaxListGrowthRounds);
+}
+
 absl::StatusOr<TuneResult> Tune(const Registry& registry, const TuneRequest& request, TuningDb* db,
                                 TuneObserver* observer, const std::atomic<bool>* stop) {
+  if (absl::Status s = CheckTuneRequest(request); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<const Op>> op_or = registry.GetOp(request.op);
   if (!op_or.ok()) return absl::InvalidArgumentError(op_or.status().message());
   const Op& op = **op_or;

@@ -299,4 +299,12 @@ std::string MachineClass(const MachineInfo& machine) {
   return out;
 }
 
+absl::StatusOr<DeviceKind> ParseDevice(absl::string_view name) {
+  if (name == "cpu") return DeviceKind::kCpu;
+  if (name == "cuda") return DeviceKind::kCuda;
+  return absl::InvalidArgumentError(absl::StrCat("device '", name, "': expected cpu or cuda"));
+}
+
+absl::string_view DeviceName(DeviceKind device) { return device == DeviceKind::kCuda ? "cuda" : "cpu"; }
+
 }  // namespace kreg

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kreg/machine.h"
 
 namespace kreg {
 namespace {
@@ -362,6 +363,31 @@ std::vector<Config> ParamSpace::Enumerate(uint32_t isa, const int64_t* dims, int
     if (!(c == def)) out.push_back(std::move(c));
   }
   return out;
+}
+
+std::string ParamValuesText(const ParamInfo& p) {
+  if (p.kind == KREG_PARAM_CHOICE) {
+    std::vector<std::string> names;
+    for (size_t c = 0; c < p.choices.size(); ++c) {
+      names.push_back(p.choices[c] + (p.ChoiceAvailable(static_cast<int64_t>(c), CpuIsa()) ? "" : "(n/a)"));
+    }
+    return absl::StrCat("{", absl::StrJoin(names, ","), "}");
+  }
+  if (p.values_kind == KREG_VALUES_LISTED) return absl::StrCat("{", absl::StrJoin(p.listed, ","), "}");
+  return absl::StrCat(p.values_kind == KREG_VALUES_POW2 ? "powers of two in [" : "[", p.lo, "..", p.hi,
+                      p.values_kind == KREG_VALUES_RANGE ? absl::StrCat(" step ", p.step) : "", "]");
+}
+
+const char* ParamTypeName(const ParamInfo& p) {
+  switch (p.kind) {
+    case KREG_PARAM_INT:
+      return "int";
+    case KREG_PARAM_INT_LIST:
+      return "int_list";
+    case KREG_PARAM_CHOICE:
+      return "choice";
+  }
+  return "?";
 }
 
 }  // namespace kreg

@@ -464,4 +464,18 @@ std::vector<std::pair<std::string, const Tensor*>> Problem::outputs() const {
   return out;
 }
 
+absl::StatusOr<std::map<std::string, DType>> ParseDTypes(absl::string_view text) {
+  absl::StatusOr<std::vector<std::string>> items = SplitList(text);
+  if (!items.ok()) return items.status();
+  std::map<std::string, DType> out;
+  for (absl::string_view item : *items) {
+    const size_t eq = item.find('=');
+    const absl::string_view name = eq == absl::string_view::npos ? absl::string_view() : item.substr(0, eq);
+    absl::StatusOr<DType> d = ParseDType(eq == absl::string_view::npos ? item : item.substr(eq + 1));
+    if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("'", item, "': expected f32, bf16 or i32, or NAME=TYPE,..."));
+    out[std::string(name)] = *d;
+  }
+  return out;
+}
+
 }  // namespace kreg

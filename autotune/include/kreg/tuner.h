@@ -140,6 +140,13 @@ struct TuneResult {
   bool stopped = false;  // the stop flag was raised
 };
 
+// The request's numbers within kreg/limits.h's bounds (repetitions,
+// warm-up runs, budget and timeouts, threads, list lengths): what the
+// command line and Python check before a sweep, and Tune checks again.
+// InvalidArgument naming the first out of bounds (by its field's name:
+// "reps", "warmup", "budget", "timeout", "threads", "max_list_len").
+absl::Status CheckTuneRequest(const TuneRequest& request);
+
 // Tunes one problem into `db`. InvalidArgument for a bad request (unknown
 // op or variant, bad dims, illegal inputs), NotFound when no kernel is
 // available, the file's error when db_path cannot be written. When `stop`

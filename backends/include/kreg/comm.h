@@ -142,6 +142,21 @@ bool MeshFits(const Mesh& mesh, int n);
 // n >= 1 thread ranks sharing one world.
 std::vector<std::unique_ptr<Comm>> ThreadComms(int n, const CommOptions& options);
 
+// Where a communicator's ranks live: threads of this process, or the
+// processes of an MPI job.
+enum class CommBackend { kThreads, kMpi };
+// "threads" or "mpi"; InvalidArgument otherwise ("backend 'x': expected
+// threads or mpi").
+absl::StatusOr<CommBackend> ParseCommBackend(absl::string_view name);
+absl::string_view CommBackendName(CommBackend backend);
+
+// This process's communicators, one per rank it runs: `ranks` ThreadComms
+// (threads; limits::CheckThreadRanks; none for 0), or its one rank of the
+// MPI job (mpi: LoadMpiComm; `ranks`, when not 0, must be the job's size).
+// What kreg run, kreg tune, kreg calibrate and Python open.
+absl::StatusOr<std::vector<std::unique_ptr<Comm>>> OpenComms(CommBackend backend, int ranks,
+                                                             const CommOptions& options);
+
 // This process's rank of the MPI job it runs in (MPI initialised on first
 // use, finalised when the Comm is destroyed: one per process). The module
 // is kreg_mpi.so (BackendModulePaths, $KREG_MPI_BACKEND). Unavailable when

@@ -95,6 +95,13 @@ struct MachineInfo {
   std::optional<GpuIdentity> gpu;
 };
 
+// Where a kernel runs and a table is asked for: this CPU, or CUDA device 0.
+enum class DeviceKind { kCpu, kCuda };
+// "cpu" or "cuda"; InvalidArgument otherwise ("device 'x': expected cpu or
+// cuda").
+absl::StatusOr<DeviceKind> ParseDevice(absl::string_view name);
+absl::string_view DeviceName(DeviceKind device);
+
 // This machine's CPU: model, the ISA bits kreg sees (CpuIsa(), so honouring
 // KREG_ISA_MASK), logical cores, vendor, architecture, family and model, and
 // their fingerprint id. Computed once.

@@ -52,6 +52,12 @@ struct ParamInfo {
   bool ChoiceAvailable(int64_t i, uint32_t isa) const;
 };
 
+// A parameter's values for people: "{a,b(n/a)}" (choices, those this CPU
+// cannot run marked), "{1,2,4}", "powers of two in [1..64]", "[1..9 step 2]".
+std::string ParamValuesText(const ParamInfo& p);
+// "int", "int_list" or "choice".
+const char* ParamTypeName(const ParamInfo& p);
+
 // Copies `desc` (reading only fields its struct_size covers) and checks it:
 // InvalidArgument naming the problem. `dims` are the op's dim names, for
 // cap_dim; `earlier` the parameters before it, for when_param.

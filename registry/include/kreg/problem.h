@@ -61,6 +61,12 @@ struct ProblemOptions {
   const kreg_comm* comm = nullptr;
 };
 
+// Requested dtypes as the command line's --dtype and Python's dtype= give
+// them: "bf16" (every tensor that allows it) or "NAME=TYPE,...", TYPE f32,
+// bf16 or i32 (ProblemOptions::dtypes; "" for every tensor). InvalidArgument
+// naming the item otherwise.
+absl::StatusOr<std::map<std::string, DType>> ParseDTypes(absl::string_view text);
+
 // Shape-only arguments for `values` and `options` (dtypes, optional inputs,
 // the given inputs, whose shapes fill dims left unknown).
 absl::Status MakeShapeArgs(const Op& op, const Values& values, const ProblemOptions& options, ShapeArgs* out);

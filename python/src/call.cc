@@ -1,0 +1,100 @@
+#include "call.h"
+
+#include <pybind11/numpy.h>
+
+#include <mutex>
+
+#include "kreg/device.h"
+
+namespace kreg::python {
+
+// The NumPy array an output is returned in, made through NumPy's C API
+// (pybind11's npy_api), uninitialised: the kernel writes every element (the
+// conformance suite poisons outputs and checks).
+py::object NewArray(DType dtype, const std::vector<int64_t>& shape) {
+  static const py::dtype* types[] = {new py::dtype("float32"), new py::dtype("int32"), new py::dtype("uint16")};
+  const py::dtype& type = *types[dtype == DType::kF32 ? 0 : dtype == DType::kI32 ? 1 : 2];
+  return py::array(type, std::vector<py::ssize_t>(shape.begin(), shape.end()));
+}
+
+namespace {
+
+// GPU 0, opened once for the process (its stream, its L2-flush buffer),
+// used by one call at a time.
+std::mutex gpu_mutex;
+absl::StatusOr<Device*> Gpu() {
+  static const absl::StatusOr<Device*> gpu = []() -> absl::StatusOr<Device*> {
+    absl::StatusOr<std::unique_ptr<Device>> opened = OpenCuda(0);
+    if (!opened.ok()) return opened.status();
+    return opened->release();
+  }();
+  return gpu;
+}
+
+}  // namespace
+
+// `run` on a call's arrays: on the CPU in place; with device "cuda" on GPU
+// 0 (the arrays copied there, the run, then its outputs copied back into
+// them). Called without the GIL.
+absl::Status RunOn(DeviceKind device, const Call& call, RunOptions options,
+                   const std::function<absl::Status(const kreg_args&, const RunOptions&)>& run) {
+  if (device == DeviceKind::kCpu) return run(call.args(), options);
+  // The data is checked here, on the host (on the device the op's
+  // validator sees shapes only).
+  if (absl::Status s = call.op().Validate(call.args()); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(gpu_mutex);
+  absl::StatusOr<Device*> opened = Gpu();
+  if (!opened.ok()) return opened.status();
+  Device& gpu = **opened;
+  absl::StatusOr<std::unique_ptr<DeviceCall>> on = DeviceCall::Make(gpu, call.args());
+  if (!on.ok()) return on.status();
+  if (absl::Status s = (*on)->CopyIn(); !s.ok()) return s;
+  options.device = gpu.abi();
+  absl::Status ran = run(*(*on)->args(), options);
+  if (absl::Status s = gpu.Synchronize(); ran.ok()) ran = s;
+  if (!ran.ok()) return ran;
+  std::vector<bool> written;
+  for (const TensorInfo& t : call.op().tensors()) written.push_back(t.is_output());
+  return (*on)->CopyBack(&written);
+}
+
+DeviceKind DeviceOf(const std::string& device) {
+  absl::StatusOr<DeviceKind> kind = ParseDevice(device);
+  if (!kind.ok()) throw py::value_error(absl::StrCat("device '", device, "': expected 'cpu' or 'cuda'"));
+  if (*kind == DeviceKind::kCuda) {
+    absl::StatusOr<std::vector<GpuInfo>> gpus = CudaDevices();
+    if (!gpus.ok()) Throw(absl::UnavailableError(absl::StrCat("device='cuda': ", gpus.status().message())));
+  }
+  return *kind;
+}
+
+py::dict RunKernel(const Kernel& kernel, const py::dict& params, const py::object& out, const std::string& dtype,
+                   const py::object& threads, const std::string& device, const py::kwargs& kwargs) {
+  std::vector<std::pair<std::string, std::string>> overrides;
+  for (auto [key, value] : params) {
+    std::string text;
+    if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+      std::vector<std::string> items;
+      for (py::handle item : value) items.push_back(py::str(item).cast<std::string>());
+      text = absl::StrJoin(items, ",");
+    } else {
+      text = py::str(value).cast<std::string>();
+    }
+    overrides.emplace_back(py::str(key).cast<std::string>(), std::move(text));
+  }
+  const Config config = overrides.empty() ? kernel.DefaultConfig() : Value(kernel.ParseConfig(overrides));
+  const DeviceKind where = DeviceOf(device);
+  Call call(kernel.op_ptr(), kwargs, out, dtype);
+  RunOptions options;
+  options.num_threads = Threads(threads);
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    status = RunOn(where, call, options,
+                   [&](const kreg_args& args, const RunOptions& o) { return kernel.Run(config, args, o); });
+  }
+  Check(status);
+  return call.Results();
+}
+
+}  // namespace kreg::python
