@@ -189,6 +189,22 @@ def test_query_answers_as_kreg_query(registry, dims):
     assert f"[{explanation}]" in text
 
 
+def test_records_are_the_command_lines(registry):
+    # Python builds its dicts itself (no JSON in between): the same fields,
+    # values and order as kreg list --json and kreg machine --json.
+    listing = json.loads(subprocess.run([kreg_binary(), "list", "--json"], capture_output=True, text=True,
+                                        check=True).stdout)
+    by_name = {k["kernel"]: k for plugin in listing["plugins"] for k in plugin["kernels"]}
+    for kernel in registry.kernels():
+        info = registry.kernel_info(kernel.name)
+        assert list(info) == list(by_name[kernel.name]) and info == by_name[kernel.name], kernel.name
+    machine = json.loads(subprocess.run([kreg_binary(), "machine", "--json"], capture_output=True, text=True,
+                                        check=True).stdout)
+    machine.pop("gpus")  # kreg machine adds the GPUs it sees (or why none)
+    machine.pop("gpus_why_none", None)
+    assert kreg.machine() == machine
+
+
 def test_repeated_queries_follow_the_policy_asked(registry):
     # One table queried under changing policies (it keeps its answering table
     # between queries) answers as a fresh one does each time.
