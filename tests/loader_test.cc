@@ -325,6 +325,27 @@ TEST(LoaderTest, KernelNeedingAnUnknownIsaIsListedButNotRun) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("unknown(0x40000000)"));
 }
 
+// The thread bound is the library's, not only the front ends'.
+TEST(LoaderTest, AThreadCountPastTheBoundIsRefusedBeforeTheRun) {
+  Registry registry;
+  ASSERT_TRUE(registry.LoadPlugins({TopKPlugin()}).empty());
+  std::shared_ptr<const Kernel> kernel = *registry.Get("topk/sort");
+  absl::StatusOr<std::unique_ptr<Problem>> problem = Problem::Make(
+      kernel->op_ptr(), registry.Reference("topk"), *kernel->op_info().ParseValues(Dims{{"batch", 2}, {"n", 9}, {"k", 3}}),
+      {});
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  for (int threads : {-1, 1025, 1 << 30}) {
+    RunOptions options;
+    options.num_threads = threads;
+    const absl::Status status = kernel->Run(kernel->DefaultConfig(), *(*problem)->args(), options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << threads;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("threads: expected 0 (all cores) to 1024")) << threads;
+  }
+  RunOptions two;
+  two.num_threads = 2;
+  EXPECT_TRUE(kernel->Run(kernel->DefaultConfig(), *(*problem)->args(), two).ok());
+}
+
 TEST(LoaderTest, InvalidArgumentsNeverReachThePlugin) {
   Registry registry;
   ASSERT_TRUE(registry.LoadPlugins({TopKPlugin(), TestPlugin("none")}).empty());

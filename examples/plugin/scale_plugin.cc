@@ -2,9 +2,9 @@
 // kernel of it, which is also the op's reference. Build it against an
 // installed kreg (see CMakeLists.txt), then
 //   kreg run scale/plain --plugin-path DIR --dims n=1000,alpha=2 --check
-#include <cstdio>
-
-#include "kreg/plugin_abi.h"
+// It uses the installed plugin SDK (kreg/plugin_sdk.h: element access, the
+// exported table), header-only over the ABI.
+#include "kreg/plugin_sdk.h"
 
 namespace {
 
@@ -34,16 +34,12 @@ const kreg_attr_desc* const kAttrs[] = {&kAlpha};
 const kreg_op_desc kScale = {sizeof(kreg_op_desc), "scale", "y = alpha * x", kDims, 1, kTensors, 2, kAttrs, 1};
 const kreg_op_desc* const kOps[] = {&kScale};
 
-float* Data(const DLTensor* t) {
-  return reinterpret_cast<float*>(static_cast<char*>(t->data) + t->byte_offset);
-}
-
 // The host has validated shapes and dtypes: x and y are float32 [n].
 kreg_status Run(const kreg_config*, const kreg_args* args, void*, void*, size_t, const kreg_host*, char*,
                 size_t) {
   const float alpha = static_cast<float>(args->attrs[0].f);
-  const float* x = Data(args->tensors[0]);
-  float* y = Data(args->tensors[1]);
+  const float* x = kreg::sdk::Data<const float>(args->tensors[0]);
+  float* y = kreg::sdk::Data<float>(args->tensors[1]);
   for (int64_t i = 0; i < args->dims[0]; ++i) y[i] = alpha * x[i];
   return KREG_OK;
 }
@@ -62,8 +58,6 @@ kreg_kernel Plain() {
 const kreg_kernel kPlain = Plain();
 const kreg_kernel* const kKernels[] = {&kPlain};
 
-const kreg_plugin kPlugin = {sizeof(kreg_plugin), KREG_ABI_VERSION, "scale", "1.0", kOps, 1, kKernels, 1};
-
 }  // namespace
 
-extern "C" KREG_PLUGIN_EXPORT const kreg_plugin* kreg_plugin_v2(void) { return &kPlugin; }
+KREG_DEFINE_PLUGIN("scale", "1.0", kOps, kKernels)

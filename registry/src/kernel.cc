@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "host_table.h"
+#include "kreg/limits.h"
 #include "kreg/log.h"
 #include "kreg/registry.h"
 #include "loaded_plugin.h"
@@ -227,6 +228,9 @@ absl::StatusOr<std::unique_ptr<PreparedRun>> Kernel::Prepare(const Config& confi
     return absl::InvalidArgumentError(absl::StrCat(name_, ": shape-only arguments cannot run"));
   }
   if (absl::Status s = Check(config, args); !s.ok()) return s;
+  // The library holds the bound, not only the front ends (an arena of a
+  // million threads would be made as asked).
+  if (absl::Status s = limits::CheckThreads(options.num_threads); !s.ok()) return s;
   auto run = std::unique_ptr<PreparedRun>(new PreparedRun());
   run->kernel_ = this;
   run->abi_ = std::make_unique<Config::AbiView>(config);
