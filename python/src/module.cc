@@ -175,7 +175,7 @@ void BindKernel(py::module_& m) {
                                const absl::Status s = CanRun(k);
                                return s.ok() ? py::object(py::none()) : py::object(py::str(std::string(s.message())));
                              })
-      .def_property_readonly("device", [](const Kernel& k) { return k.device() == KREG_DEVICE_CUDA ? "cuda" : "cpu"; })
+      .def_property_readonly("device", [](const Kernel& k) { return std::string(DeviceName(DeviceKindOf(k.device()))); })
       .def_property_readonly("isa", [](const Kernel& k) { return IsaString(k.required_isa()); })
       .def_property_readonly("reference", &Kernel::is_reference)
       .def("__repr__", [](const Kernel& k) {

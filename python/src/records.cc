@@ -126,7 +126,7 @@ py::dict KernelDict(const PluginInfo& plugin, const Kernel& k) {
   out["doc"] = Str(k.doc());
   out["isa"] = IsaString(k.required_isa());
   const absl::Status runs = CanRun(k);
-  out["device"] = k.device() == KREG_DEVICE_CUDA ? "cuda" : "cpu";
+  out["device"] = std::string(DeviceName(DeviceKindOf(k.device())));
   out["available"] = runs.ok();
   out["why_unavailable"] = runs.ok() ? py::object(py::none()) : py::object(Str(runs.message()));
   out["reference"] = k.is_reference();

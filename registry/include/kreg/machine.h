@@ -101,6 +101,10 @@ enum class DeviceKind { kCpu, kCuda };
 // cuda").
 absl::StatusOr<DeviceKind> ParseDevice(absl::string_view name);
 absl::string_view DeviceName(DeviceKind device);
+// Where a kernel of kreg_kernel.device `device` runs (0: the CPU).
+inline DeviceKind DeviceKindOf(uint32_t device) {
+  return device == KREG_DEVICE_CUDA ? DeviceKind::kCuda : DeviceKind::kCpu;
+}
 
 // This machine's CPU: model, the ISA bits kreg sees (CpuIsa(), so honouring
 // KREG_ISA_MASK), logical cores, vendor, architecture, family and model, and
