@@ -430,11 +430,11 @@ void SetupTune(CLI::App* tune, HelpFormatter& help, Flags& f) {
       ->option_text("V,...")
       ->check(NotBlank());
   tune->add_option("--strategy", f.strategy,
-                   "exhaustive, random, or halving: everyone measured once, the best quarter kept with four times "
-                   "the repetitions, and so on")
+                   "exhaustive, random, or halving: everyone measured once, the best quarter kept with twice the "
+                   "repetitions, and so on")
       ->option_text("NAME")
       ->capture_default_str();
-  tune->add_option("--budget", f.budget, "random and halving: seconds per problem (0: no limit)")
+  tune->add_option("--budget", f.budget, "seconds per problem (0: no limit)")
       ->option_text("SECONDS")
       ->capture_default_str()
       ->check(SecondsWithin(limits::Zero::kAllowed));
