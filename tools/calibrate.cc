@@ -19,12 +19,16 @@
 #include <memory>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kreg/comm.h"
 #include "kreg/lut.h"
 #include "kreg/registry.h"
+#include "tools/binders.h"
 #include "tools/cli.h"
+#include "tools/commands.h"
 
 namespace kreg::cli {
 namespace {
@@ -102,6 +106,20 @@ absl::StatusOr<tuning::CommModel> Measure(Comm& comm) {
 }
 
 }  // namespace
+
+void SetupCalibrate(CLI::App* calibrate, HelpFormatter& help, Flags& f) {
+  help.Set(calibrate,
+           {"kreg calibrate --db FILE [--backend threads|mpi] [--ranks N]",
+            "Measures the backend's latency per message (alpha: half an 8-byte round trip), its time per byte "
+            "(beta: half a 4 MiB round trip) and the time per byte of a float reduction (gamma) on this machine, "
+            "and records them in the table. A query for a collective nothing was tuned for then answers by the "
+            "cost model (match \"model\"); measured entries still come first. Under mpirun with --backend mpi, "
+            "ranks 0 and 1 of the job measure.",
+            "kreg calibrate --db c.lut\nmpirun -n 2 kreg calibrate --backend mpi --db c.lut"});
+  calibrate->add_option("--db", f.db, "the table to record into (created if missing)")->option_text("FILE")->required();
+  AddComm(calibrate, f);
+  AddLockTimeout(calibrate, f);
+}
 
 absl::Status Calibrate(const Flags& flags) {
   if (flags.db.empty()) return absl::InvalidArgumentError("calibrate needs --db FILE");

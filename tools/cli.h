@@ -31,8 +31,8 @@ struct TuneResult;  // kreg/tuner.h
 
 namespace kreg::cli {
 
-// Every flag's value. Each command binds the flags it takes (kreg.cc); the
-// defaults here are the ones --help shows.
+// Every flag's value. Each command binds the flags it takes (its setup,
+// tools/commands.h); the defaults here are the ones --help shows.
 struct Flags {
   std::string command;  // "list", "run", "tune", "query", "db show", ...
 
@@ -201,16 +201,8 @@ struct TableChoice {
 absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpec& spec, const Registry& registry,
                                             const kreg_args& args);
 
-// The commands. Db returns the exit code on success (db diff: 1 when the
-// tables differ).
-absl::Status List(const Flags& flags);
-absl::Status Run(const Flags& flags);
-absl::Status Tune(const Flags& flags);
-absl::Status Calibrate(const Flags& flags);
-absl::Status Query(const Flags& flags);
-absl::StatusOr<int> Db(const Flags& flags);
-
-// The kreg command: parses argv, runs the command, returns the exit status.
+// The kreg command: parses argv, runs the command (tools/commands.h),
+// returns the exit status.
 int Main(int argc, char** argv);
 
 }  // namespace kreg::cli

@@ -1,6 +1,6 @@
-// kreg tune, kreg query and kreg db: the tuning table's command line. The
-// sweep itself is kreg::Tune (kreg/tuner.h); this file turns flags into
-// TuneRequests and prints what comes back.
+// kreg tune and kreg query: the tuning table's command line (kreg db is
+// db.cc). The sweep itself is kreg::Tune (kreg/tuner.h); this file turns
+// flags into TuneRequests and prints what comes back.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -27,7 +29,9 @@
 #include "kreg/lut.h"
 #include "kreg/text.h"
 #include "kreg/tuner.h"
+#include "tools/binders.h"
 #include "tools/cli.h"
+#include "tools/commands.h"
 
 namespace kreg::cli {
 namespace {
@@ -190,30 +194,20 @@ absl::Status TuneShared(const Flags& flags, const Registry& registry, const Tune
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status Tune(const Flags& flags) {
-  if (flags.dims.empty() && flags.inputs.empty()) {
-    return absl::InvalidArgumentError("tune needs --dims NAME=V,... (one problem per --dims)");
-  }
-  absl::StatusOr<Strategy> strategy = ParseStrategy(flags.strategy);
-  if (!strategy.ok()) return absl::InvalidArgumentError(absl::StrCat("--strategy: ", strategy.status().message()));
-  absl::StatusOr<ProblemOptions> options = OptionsFromFlags(flags);
-  if (!options.ok()) return options.status();
-  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> inputs = Pairs(flags.inputs, "input");
-  if (!inputs.ok()) return inputs.status();
-  absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry(flags);
-  if (!registry.ok()) return registry.status();
-
+// The request every problem's sweep starts from (its values left out), and
+// the device mesh --mesh gives (its axes are the problems' mesh dims, its
+// size the ranks).
+absl::StatusOr<TuneRequest> BaseRequest(const Flags& flags, Strategy strategy, ProblemOptions options,
+                                        std::vector<std::pair<std::string, std::string>> inputs, Mesh* mesh) {
   TuneRequest base;
   base.op = flags.target;
-  base.options = *std::move(options);
-  base.input_files = *std::move(inputs);
+  base.options = std::move(options);
+  base.input_files = std::move(inputs);
   absl::StatusOr<std::vector<std::string>> variants = SplitList(flags.variants);
   if (!variants.ok()) return absl::InvalidArgumentError(absl::StrCat("--variants: ", variants.status().message()));
   base.variants = *std::move(variants);
   base.data_class = flags.data_class;  // as given: the table stores it as valid UTF-8
-  base.search.strategy = *strategy;
+  base.search.strategy = strategy;
   base.search.reps = flags.reps;
   base.search.budget_seconds = flags.budget;
   base.search.seed = flags.seed;
@@ -228,49 +222,48 @@ absl::Status Tune(const Flags& flags) {
   base.comm_timeout = flags.comm_timeout;
   base.device = flags.device == "cuda" ? KREG_DEVICE_CUDA : 0;
   base.device_warm = flags.warm;
-  // A device mesh: its axes are the problems' mesh dims, its size the ranks.
-  Mesh mesh;
-  if (!flags.mesh.empty()) {
-    absl::StatusOr<Mesh> parsed = ParseMesh(flags.mesh);
-    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--mesh: ", parsed.status().message()));
-    mesh = *std::move(parsed);
-    base.mesh = MeshString(mesh);
-    int size = 1;  // at most limits::kMaxRanks (ParseMesh)
-    for (const auto& [axis, n] : mesh) size *= n;
-    if (base.ranks > 0 && base.ranks != size) {
-      return absl::InvalidArgumentError(absl::StrCat("--ranks ", base.ranks, " but the mesh ", base.mesh, " has ",
-                                                     size, " ranks"));
-    }
-    if (flags.backend != "mpi") {
-      if (absl::Status s = limits::CheckThreadRanks(size, absl::StrCat("--mesh ", base.mesh)); !s.ok()) return s;
-      base.ranks = size;
-    }
+  if (flags.mesh.empty()) return base;
+  absl::StatusOr<Mesh> parsed = ParseMesh(flags.mesh);
+  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--mesh: ", parsed.status().message()));
+  *mesh = *std::move(parsed);
+  base.mesh = MeshString(*mesh);
+  int size = 1;  // at most limits::kMaxRanks (ParseMesh)
+  for (const auto& [axis, n] : *mesh) size *= n;
+  if (base.ranks > 0 && base.ranks != size) {
+    return absl::InvalidArgumentError(absl::StrCat("--ranks ", base.ranks, " but the mesh ", base.mesh, " has ",
+                                                   size, " ranks"));
   }
-  // Under mpirun (--backend mpi) rank 0 keeps the table and reports. A
-  // collective's ranks sweep together, each candidate on all of them; other
-  // ops' problems and candidates are shared out (TuneShared).
-  std::unique_ptr<Comm> mpi;
-  if (flags.backend == "mpi" && base.device != 0) {
+  if (flags.backend != "mpi") {
+    if (absl::Status s = limits::CheckThreadRanks(size, absl::StrCat("--mesh ", base.mesh)); !s.ok()) return s;
+    base.ranks = size;
+  }
+  return base;
+}
+
+// Under mpirun (--backend mpi): this process's rank of the job, `base` made
+// to sweep on it (only rank 0 keeps the table); null otherwise.
+absl::StatusOr<std::unique_ptr<Comm>> OpenJob(const Flags& flags, const Mesh& mesh, TuneRequest* base) {
+  if (flags.backend == "mpi" && base->device != 0) {
     return absl::InvalidArgumentError("--device cuda: a sweep on the GPU runs in one process, not under mpirun");
   }
   absl::StatusOr<CommBackend> backend = BackendOf(flags);
   if (!backend.ok()) return backend.status();
-  if (*backend == CommBackend::kMpi) {
-    CommOptions comm_options;
-    comm_options.timeout_seconds = flags.comm_timeout;
-    comm_options.mesh = mesh;
-    absl::StatusOr<std::vector<std::unique_ptr<Comm>>> comm = OpenComms(CommBackend::kMpi, 0, comm_options);
-    if (!comm.ok()) return comm.status();
-    mpi = std::move(comm->front());
-    base.comm = mpi.get();
-    if (mpi->rank() != 0) base.db_path.clear();
-  }
-  const bool reports = mpi == nullptr || mpi->rank() == 0;
+  if (*backend != CommBackend::kMpi) return std::unique_ptr<Comm>();
+  CommOptions comm_options;
+  comm_options.timeout_seconds = flags.comm_timeout;
+  comm_options.mesh = mesh;
+  absl::StatusOr<std::vector<std::unique_ptr<Comm>>> comm = OpenComms(CommBackend::kMpi, 0, comm_options);
+  if (!comm.ok()) return comm.status();
+  std::unique_ptr<Comm> mpi = std::move(comm->front());
+  base->comm = mpi.get();
+  if (mpi->rank() != 0) base->db_path.clear();
+  return mpi;
+}
 
-  // Every problem's dims are read before the first sweep starts, so a typo
-  // in the last --dims does not wait for the others.
-  absl::StatusOr<std::shared_ptr<const Op>> op = (*registry)->GetOp(flags.target);
-  if (!op.ok()) return absl::InvalidArgumentError(op.status().message());
+// Every problem's values (one per --dims, the mesh's axes added), all read
+// before the first sweep starts, so a typo in the last --dims does not wait
+// for the others.
+absl::StatusOr<std::vector<NamedValues>> ParseProblems(const Flags& flags, const Op& op, const Mesh& mesh) {
   std::vector<NamedValues> problems;
   for (const std::string& d : flags.dims.empty() ? std::vector<std::string>{""} : flags.dims) {
     absl::StatusOr<NamedValues> named = ParseNamedValues(d);
@@ -280,54 +273,64 @@ absl::Status Tune(const Flags& flags) {
           std::any_of(named->begin(), named->end(), [&](const auto& v) { return v.first == axis.first; });
       if (!given) named->emplace_back(axis.first, absl::StrCat(axis.second));
     }
-    if (absl::Status s = (*op)->ParseValues(*named).status(); !s.ok()) return absl::InvalidArgumentError(s.message());
+    if (absl::Status s = op.ParseValues(*named).status(); !s.ok()) return absl::InvalidArgumentError(s.message());
     problems.push_back(*std::move(named));
   }
+  return problems;
+}
 
+// The table to record into (`reports`: this process keeps it; a new one if
+// missing), checked writable before anything is measured. Under mpirun a
+// collective's ranks all start from rank 0's table, so all skip the same
+// candidates (measured, or in flight when an earlier job died).
+absl::StatusOr<TuningDb> OpenTable(const Flags& flags, bool reports, Comm* mpi, bool collective) {
   absl::StatusOr<TuningDb> db = reports ? TuningDb::Load(flags.db) : TuningDb();
   if (db.status().code() == absl::StatusCode::kNotFound) db = TuningDb();  // a new table
   if (db.status().code() == absl::StatusCode::kDataLoss) db = absl::InvalidArgumentError(db.status().message());
   if (db.ok() && !db->unchecked().empty() && reports) Warn(flags, db->unchecked());
-  // The table must be writable before anything is measured.
   if (db.ok() && reports) {
     if (absl::Status s = TuningDb::CheckWritable(flags.db); !s.ok()) db = s;
   }
   if (mpi != nullptr && !db.ok()) mpi->Abort(db.status().message());  // the other ranks wait for rank 0's table
   if (!db.ok()) return db.status();
-  if (mpi != nullptr && (*op)->collective()) {
-    // Every rank starts from rank 0's table, so all skip the same
-    // candidates (measured, or in flight when an earlier job died).
+  if (mpi != nullptr && collective) {
     std::string bytes = db->ToBinary();
     if (absl::Status s = mpi->Broadcast(&bytes); !s.ok()) return s;
     if (mpi->rank() != 0) db = TuningDb::Parse(bytes, "rank 0's table");
     if (!db.ok()) return db.status();
   }
   db->AddMachine(ThisMachine());
+  return db;
+}
 
+// Ctrl-C and SIGTERM stop the sweep after the candidate being measured.
+void CatchInterrupts(const Flags& flags) {
   struct sigaction action {};
   action.sa_handler = OnInterrupt;
   action.sa_flags = SA_RESETHAND;  // a second Ctrl-C ends kreg at once (every result is saved already)
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
   SetLockWait(flags.lock_timeout, &interrupted);  // a save waiting for the lock stops on them too
+}
 
-  const std::string interrupted_message = absl::StrCat(
-      "interrupted; every finished measurement is in ", flags.db, "; run the same command again to resume");
-  if (mpi != nullptr && !(*op)->collective()) {
-    return TuneShared(flags, **registry, base, std::move(problems), *mpi, *db, *strategy, interrupted_message);
-  }
+// The problems swept one after another in this process (or, a collective
+// under mpirun, with the job's other ranks); `reports`: this process prints
+// the results.
+absl::Status TuneEach(const Flags& flags, const Registry& registry, const TuneRequest& base,
+                      std::vector<NamedValues> problems, TuningDb& db, Strategy strategy, bool reports,
+                      const std::string& interrupted_message) {
   std::vector<std::string> nothing_ran;  // keys no candidate succeeded for
   for (NamedValues& values : problems) {
     TuneRequest request = base;
     request.values = std::move(values);
     ProgressPrinter printer(flags);
     absl::StatusOr<TuneResult> result =
-        kreg::Tune(**registry, request, &*db, reports ? &printer : nullptr, &interrupted);
+        kreg::Tune(registry, request, &db, reports ? &printer : nullptr, &interrupted);
     printer.Done();
     if (interrupted || (result.ok() && result->stopped)) return absl::CancelledError(interrupted_message);
     if (!result.ok()) return result.status();
     if (!result->entry.has_best()) nothing_ran.push_back(KeyString(result->key));
-    if (reports) PrintResult(flags, *result, *strategy, "", Json(nullptr));
+    if (reports) PrintResult(flags, *result, strategy, "", Json(nullptr));
   }
   if (!nothing_ran.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -335,6 +338,44 @@ absl::Status Tune(const Flags& flags) {
         ": kreg db show ", flags.db, ")"));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Tune(const Flags& flags) {
+  if (flags.dims.empty() && flags.inputs.empty()) {
+    return absl::InvalidArgumentError("tune needs --dims NAME=V,... (one problem per --dims)");
+  }
+  absl::StatusOr<Strategy> strategy = ParseStrategy(flags.strategy);
+  if (!strategy.ok()) return absl::InvalidArgumentError(absl::StrCat("--strategy: ", strategy.status().message()));
+  absl::StatusOr<ProblemOptions> options = OptionsFromFlags(flags);
+  if (!options.ok()) return options.status();
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> inputs = Pairs(flags.inputs, "input");
+  if (!inputs.ok()) return inputs.status();
+  absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry(flags);
+  if (!registry.ok()) return registry.status();
+  Mesh mesh;
+  absl::StatusOr<TuneRequest> base = BaseRequest(flags, *strategy, *std::move(options), *std::move(inputs), &mesh);
+  if (!base.ok()) return base.status();
+  // Under mpirun (--backend mpi) rank 0 keeps the table and reports. A
+  // collective's ranks sweep together, each candidate on all of them; other
+  // ops' problems and candidates are shared out (TuneShared).
+  absl::StatusOr<std::unique_ptr<Comm>> mpi = OpenJob(flags, mesh, &*base);
+  if (!mpi.ok()) return mpi.status();
+  const bool reports = *mpi == nullptr || (*mpi)->rank() == 0;
+  absl::StatusOr<std::shared_ptr<const Op>> op = (*registry)->GetOp(flags.target);
+  if (!op.ok()) return absl::InvalidArgumentError(op.status().message());
+  absl::StatusOr<std::vector<NamedValues>> problems = ParseProblems(flags, **op, mesh);
+  if (!problems.ok()) return problems.status();
+  absl::StatusOr<TuningDb> db = OpenTable(flags, reports, mpi->get(), (*op)->collective());
+  if (!db.ok()) return db.status();
+  CatchInterrupts(flags);
+  const std::string interrupted_message = absl::StrCat(
+      "interrupted; every finished measurement is in ", flags.db, "; run the same command again to resume");
+  if (*mpi != nullptr && !(*op)->collective()) {
+    return TuneShared(flags, **registry, *base, *std::move(problems), **mpi, *db, *strategy, interrupted_message);
+  }
+  return TuneEach(flags, **registry, *base, *std::move(problems), *db, *strategy, reports, interrupted_message);
 }
 
 absl::Status Query(const Flags& flags) {
@@ -372,109 +413,92 @@ absl::Status Query(const Flags& flags) {
   return absl::OkStatus();
 }
 
-namespace {
-
-// kreg db plot: the table read here (a bad one is this command's error),
-// drawn by the Python package's kreg.plot from its JSON export.
-absl::StatusOr<int> Plot(const Flags& flags) {
-  absl::StatusOr<TuningDb> db = LoadTable(flags, flags.file_a);
-  if (!db.ok()) return db.status();
-  char json_path[] = "/tmp/kreg-plot-XXXXXX.json";
-  const int fd = mkstemps(json_path, 5);
-  if (fd < 0) return absl::InternalError(absl::StrCat("db plot: cannot make a temporary file: ", std::strerror(errno)));
-  const std::string json = db->ToJson();
-  const bool written = write(fd, json.data(), json.size()) == static_cast<ssize_t>(json.size());
-  close(fd);
-  if (!written) {
-    unlink(json_path);
-    return absl::InternalError("db plot: cannot write a temporary file");
-  }
-  // The interpreter kreg was built for, isolated (-I: no current folder,
-  // PYTHONPATH or user site on its path, so nothing planted there runs as
-  // the caller), given kreg's own package beside its library (the build
-  // tree's python/, or where it is installed) before its site packages.
-  const std::string package = absl::StrCat(InstallPrefix(), "/python:", InstallPrefix(), "/", KREG_PYTHON_SUBDIR);
-  static constexpr char kBoot[] =
-      "import runpy, sys\n"
-      "sys.path[:0] = [p for p in sys.argv[1].split(':') if p]\n"
-      "sys.argv = ['kreg.plot'] + sys.argv[2:]\n"
-      "try:\n"
-      "    import kreg\n"
-      "except ImportError as e:\n"
-      "    sys.exit('kreg db plot: cannot import kreg (' + str(e) + '): it needs kreg built with Python')\n"
-      "runpy.run_module('kreg.plot', run_name='__main__', alter_sys=True)\n";
-  std::vector<std::string> args = {KREG_PYTHON_EXECUTABLE, "-I", "-c", kBoot, package, json_path, "--out",
-                                   flags.out_dir, "--name", flags.file_a, "--prog", "kreg db plot"};
-  if (!flags.key_filter.empty()) args.insert(args.end(), {"--key", flags.key_filter});
-  std::cout << std::flush;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  const bool waited = pid > 0 && waitpid(pid, &status, 0) == pid;
-  unlink(json_path);
-  if (!waited) return absl::InternalError("db plot: cannot start Python");
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
-    return absl::FailedPreconditionError(absl::StrCat("db plot needs Python 3 (", KREG_PYTHON_EXECUTABLE,
-                                                      ") with kreg's Python package and matplotlib"));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;  // kreg.plot said why, in one line
+void SetupTune(CLI::App* tune, HelpFormatter& help, Flags& f) {
+  help.Set(tune, {"kreg tune OP --dims NAME=V,... [--dims NAME=V,...]... --db FILE [flags]",
+                  "Searches every available kernel's parameter space (the op's reference left out unless named "
+                  "with --variants) for each problem, one per --dims, in a worker process: a candidate that "
+                  "crashes or hangs is recorded as failed. Every result is saved into the table as it comes, so "
+                  "a sweep that is interrupted (Ctrl-C) or re-run with a new variant measures only what is "
+                  "missing. Progress goes to stderr, results to stdout.",
+                  "kreg tune topk --dims batch=32,n=32000,k=50 --dims batch=64,n=32768,k=1024 --db topk.lut\n"
+                  "kreg tune topk --dims k=64 --input input=logits.npy --db topk.lut --strategy exhaustive\n"
+                  "kreg tune topk --dims batch=8,n=4000,k=16 --variants sort,heap --budget 60 --db topk.lut"});
+  tune->add_option("OP", f.target, "the op to tune (kreg list shows the ops)")->required();
+  AddDims(tune, f, "a problem: the op's dims and attributes; repeatable, one problem each");
+  tune->add_option("--db", f.db, "the table to record into (created if missing)")->option_text("FILE")->required();
+  tune->add_option("--variants", f.variants, "variants to search (default: every available one but the reference)")
+      ->option_text("V,...")
+      ->check(NotBlank());
+  tune->add_option("--strategy", f.strategy,
+                   "exhaustive, random, or halving: everyone measured once, the best quarter kept with twice the "
+                   "repetitions, and so on")
+      ->option_text("NAME")
+      ->capture_default_str();
+  tune->add_option("--budget", f.budget, "seconds per problem (0: no limit)")
+      ->option_text("SECONDS")
+      ->capture_default_str()
+      ->check(SecondsWithin(limits::Zero::kAllowed));
+  tune->add_option("--timeout", f.timeout, "seconds a candidate may take before it is killed")
+      ->option_text("SECONDS")
+      ->capture_default_str()
+      ->check(SecondsWithin(limits::Zero::kRefused));
+  AddMeasure(tune, f);
+  AddComm(tune, f);
+  AddDtype(tune, f);
+  AddWith(tune, f);
+  AddInput(tune, f);
+  AddGenerate(tune, f);
+  tune->add_option("--max-list-len,--max_list_len", f.max_list_len,
+                   "list parameters (e.g. m_schedule): lists of up to N values at first")
+      ->option_text("N")
+      ->capture_default_str()
+      ->check(IntWithin([](int64_t v) { return limits::CheckCount(v, "", 1, limits::kMaxListLen); }));
+  tune->add_option("--list-growth-rounds,--list_growth_rounds", f.list_growth_rounds,
+                   "then up to N rounds extending the best lists by one value")
+      ->option_text("N")
+      ->capture_default_str()
+      ->check(IntWithin([](int64_t v) { return limits::CheckCount(v, "", 0, limits::kMaxListGrowthRounds); }));
+  tune->add_flag("--no-thread-round,--no_thread_round", f.no_thread_round,
+                 "do not measure the leaders again on fewer threads than cores (without --threads they are: "
+                 "a kernel faster on fewer threads is chosen with them)");
+  AddDataClass(tune, f, "the data class kept in the key (default: the op's classifier on the inputs, else "
+                        "dist=NAME for a --dist other than normal)");
+  AddDevice(tune, f,
+            "cpu, or cuda: tune the op's CUDA kernels on GPU 0 (timed with CUDA events, the L2 flushed before "
+            "each run), keyed under the GPU (its name, SM version, memory and driver) beside the CPU's entries");
+  AddLockTimeout(tune, f);
 }
 
-}  // namespace
-
-absl::StatusOr<int> Db(const Flags& flags) {
-  const std::string& verb = flags.command;
-  if (verb == "db show" || verb == "db export") {
-    absl::StatusOr<TuningDb> db = LoadTable(flags, flags.file_a);
-    if (!db.ok()) return db.status();
-    std::cout << ValidUtf8(verb == "db show" ? db->Summary()
-                           : flags.json   ? db->ToJson()
-                           : flags.csv    ? db->ToCsv()
-                                          : db->ToText());
-    return 0;
-  }
-  if (verb == "db plot") return Plot(flags);
-  if (verb == "db merge") {
-    TuningDb merged;
-    for (const std::string& in : flags.files) {
-      absl::StatusOr<TuningDb> db = LoadTable(flags, in);
-      if (!db.ok()) return db.status();
-      merged.MergeFrom(*db, TuningDb::Ties::kCanonical);  // the same table whatever the order of IN...
-    }
-    if (absl::Status s = merged.SaveMerged(flags.file_a); !s.ok()) {
-      if (s.code() == absl::StatusCode::kDataLoss) return absl::InvalidArgumentError(s.message());
-      return s;
-    }
-    std::cout << ValidUtf8(absl::StrCat("merged ", flags.files.size(), " tables into ", flags.file_a, " (",
-                                        merged.size(), " problems)\n"));
-    return 0;
-  }
-  if (verb == "db diff") {
-    absl::StatusOr<TuningDb> a = LoadTable(flags, flags.file_a);
-    if (!a.ok()) return a.status();
-    absl::StatusOr<TuningDb> b = LoadTable(flags, flags.file_b);
-    if (!b.ok()) return b.status();
-    const std::string diff = TuningDb::Diff(*a, *b);
-    std::cout << (diff.empty() ? "the winners agree everywhere\n" : ValidUtf8(diff));
-    return diff.empty() ? 0 : 1;
-  }
-  if (verb == "db slim") {
-    absl::StatusOr<TuningDb> db = LoadTable(flags, flags.file_a);
-    if (!db.ok()) return db.status();
-    SaveOptions options;
-    options.best_per_variant = true;
-    if (absl::Status s = db->Save(flags.file_b, options); !s.ok()) return s;
-    std::cout << ValidUtf8(absl::StrCat("wrote ", flags.file_b, ": ", db->size(),
-                                        " problems, the fastest trial of each variant (per choice combination) kept\n"));
-    return 0;
-  }
-  return absl::InvalidArgumentError("give one of: show FILE, export FILE, merge OUT IN..., diff A B, slim IN OUT");
+void SetupQuery(CLI::App* query, HelpFormatter& help, Flags& f) {
+  help.Set(query, {"kreg query OP --dims NAME=V,... [--dims NAME=V,...]... [--db FILE] [flags]",
+                   "Prints, for each problem (one per --dims), the kernel and parameters the tables (--db, then "
+                   "the shipped ones) answer with on this machine and how: exact (tuned for this problem here), "
+                   "nearest (the nearest problem tuned here whose choice is legal), similar machine (nothing "
+                   "tuned here; the most similar tuned machine's exact or nearest answer, named), model (a "
+                   "collective's calibrated costs) or default (why, and the default measured across machines, "
+                   "else the op's own). \"incomplete\" marks an answer from a sweep that was cut short.",
+                   "kreg query topk --dims batch=48,n=40000,k=64 --db topk.lut\n"
+                   "kreg query topk --dims batch=128,n=201088,k=64 --machine strict\n"
+                   "kreg query topk --dims batch=8,n=4000,k=16 --dims batch=6,n=3000,k=8 --with row_ends --db topk.lut --json"});
+  query->add_option("OP", f.target, "the op to ask about")->required();
+  AddDims(query, f, "a problem: the op's dims and attributes; repeatable, one answer each")->required();
+  query->add_option("--db", f.db, "a table to ask before the shipped ones")->option_text("FILE");
+  AddTables(query, f);
+  AddDtype(query, f);
+  AddWith(query, f);
+  AddDist(query, f);
+  AddThreads(query, f, "the threads the caller will run with (0: all cores): an entry measured on several thread counts answers with its fastest on no more");
+  AddDataClass(query, f, "the data class to ask for (default: dist=NAME for a --dist other than normal)");
+  query->add_option("--device", f.device, "cpu, or cuda: the answer for this machine's GPU (its CUDA kernels)")
+      ->option_text("NAME")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  AddComm(query, f);
+  query->add_option("--nodes", f.nodes, "with --backend mpi: the nodes of the job to ask for (kreg run and tune "
+                                        "under mpirun count them)")
+      ->option_text("N")
+      ->capture_default_str()
+      ->check(IntWithin([](int64_t v) { return limits::CheckRanks(v, ""); }));
 }
 
 }  // namespace kreg::cli
