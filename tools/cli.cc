@@ -280,7 +280,7 @@ absl::StatusOr<tuning::Machine> DeviceMachine(const Flags& flags) {
 }
 
 std::string TimingName(const Flags& flags) {
-  if (flags.device != "cuda") return "host clock";
+  if (DeviceOf(flags).value_or(DeviceKind::kCpu) != DeviceKind::kCuda) return "host clock";
   return flags.warm ? "cuda events, warm L2" : "cuda events, cold L2";
 }
 

@@ -176,7 +176,7 @@ Json KernelJson(const PluginInfo& plugin, const Kernel& k) {
   out["doc"] = Str(k.doc());
   out["isa"] = IsaString(k.required_isa());
   const absl::Status runs = CanRun(k);
-  out["device"] = k.device() == KREG_DEVICE_CUDA ? "cuda" : "cpu";
+  out["device"] = std::string(DeviceName(DeviceKindOf(k.device())));
   out["available"] = runs.ok();
   out["why_unavailable"] = runs.ok() ? Json(nullptr) : Str(runs.message());
   out["reference"] = k.is_reference();

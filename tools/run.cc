@@ -94,15 +94,15 @@ absl::Status Prepare(RunState& run) {
     run.config = *c;
   }
   // A device kernel runs on the GPU, its problem made here and copied over.
-  if (flags.device == "cuda") {
+  absl::StatusOr<DeviceKind> device = DeviceOf(flags);
+  if (!device.ok()) return device.status();
+  if (*device == DeviceKind::kCuda) {
     if (run.spec.op->collective()) {
       return absl::InvalidArgumentError("--device cuda: collective ops run on the CPU's ranks");
     }
     absl::StatusOr<std::unique_ptr<Device>> opened = OpenCuda();
     if (!opened.ok()) return absl::FailedPreconditionError(absl::StrCat("--device cuda: ", opened.status().message()));
     run.device = *std::move(opened);
-  } else if (flags.device != "cpu") {
-    return absl::InvalidArgumentError(absl::StrCat("--device '", flags.device, "': expected cpu or cuda"));
   }
   return absl::OkStatus();
 }

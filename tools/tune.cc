@@ -220,8 +220,12 @@ absl::StatusOr<TuneRequest> BaseRequest(const Flags& flags, Strategy strategy, P
   base.db_path = flags.db;
   base.ranks = flags.ranks;
   base.comm_timeout = flags.comm_timeout;
-  base.device = flags.device == "cuda" ? KREG_DEVICE_CUDA : 0;
+  absl::StatusOr<DeviceKind> device = DeviceOf(flags);
+  if (!device.ok()) return device.status();
+  base.device = *device == DeviceKind::kCuda ? KREG_DEVICE_CUDA : 0;
   base.device_warm = flags.warm;
+  // The flags' validators hold the same bounds; the library's one check too.
+  if (absl::Status s = CheckTuneRequest(base); !s.ok()) return s;
   if (flags.mesh.empty()) return base;
   absl::StatusOr<Mesh> parsed = ParseMesh(flags.mesh);
   if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--mesh: ", parsed.status().message()));

@@ -60,7 +60,7 @@ absl::string_view StrategyName(Strategy strategy);
 struct SearchOptions {
   Strategy strategy = Strategy::kHalving;
   int reps = 10;             // timed runs of a full measurement
-  double budget_seconds = 0;  // 0: none; random and halving stop when spent
+  double budget_seconds = 0;  // 0: none; every strategy stops when spent
   size_t random_samples = 0;  // random: candidates to draw (0: a quarter)
   int halving_rate = 4;       // halving: keep 1 of every `rate` per round
   // halving: each candidate's group (its variant); empty: one group. Every

@@ -11,12 +11,13 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include <dlpack/dlpack.h>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kreg/plugin_sdk.h"
 
 namespace kreg {
 
@@ -29,20 +30,10 @@ DLDataType ToDLDataType(DType dtype);
 // InvalidArgument for a DLPack type kreg does not speak.
 absl::StatusOr<DType> FromDLDataType(DLDataType type);
 
-// bfloat16 <-> float32. Rounds to nearest even; NaN stays NaN (sign kept).
-inline float Bf16ToFloat(uint16_t bits) {
-  uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-inline uint16_t FloatToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
+// bfloat16 <-> float32, as plugins convert (kreg/plugin_sdk.h): rounds to
+// nearest even; NaN stays NaN (sign kept).
+using sdk::Bf16ToFloat;
+using sdk::FloatToBf16;
 
 // The bytes of a tensor of `shape`; InvalidArgument for a negative
 // dimension, ResourceExhausted when the size overflows.
