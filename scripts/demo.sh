@@ -31,6 +31,8 @@ echo "== the table shipped for this machine"
 $kreg query topk --db data/tables/amd-epyc-avx2-2c.txtpb --dims batch=100,n=150000,k=64
 echo "== a run dispatched by the table, checked"
 $kreg run topk --db "$db" --dims batch=48,n=40000,k=64 --check
+echo "== a small family kept in one folder (plugins/transpose): its tiled kernel, checked"
+$kreg run transpose/blocked --dims rows=1000,cols=777 --param tile=64 --check
 echo "== a grouped matmul (MoE, skewed group sizes): tuned, queried (the shape and a larger one), dispatched"
 $kreg tune gmm --db "$db" --strategy halving --budget 20 --dims m=2048,k=512,n=512,groups=16 --partition skewed
 $kreg query gmm --db "$db" --data-class skewed --dims m=2048,k=512,n=512,groups=16 --dims m=4096,k=512,n=512,groups=16
