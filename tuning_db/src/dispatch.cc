@@ -1,13 +1,14 @@
 #include "kreg/dispatch.h"
 
 #include <cstring>
+#include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "kreg/log.h"
 
 namespace kreg {
@@ -74,9 +75,11 @@ struct Remembered {
 
 }  // namespace
 
+// A std lock, not Abseil's: TSan sees through it (Debian's Abseil is not
+// instrumented).
 struct Dispatcher::Memo {
-  absl::Mutex mu;
-  absl::flat_hash_map<MemoKey, Remembered> answers ABSL_GUARDED_BY(mu);
+  std::shared_mutex mu;
+  absl::flat_hash_map<MemoKey, Remembered> answers;  // guarded by mu
 };
 
 Dispatcher::Dispatcher(Lut lut, OpMap ops, std::string machine_id, std::string data_class)
@@ -169,7 +172,7 @@ absl::StatusOr<DispatchResult> Dispatcher::Answer(const Op& op, const kreg_args&
                                                   const RunOptions& options) const {
   MemoKey words = KeyWords(op, args, data_class, options);
   {
-    absl::ReaderMutexLock lock(&memo_->mu);
+    std::shared_lock<std::shared_mutex> lock(memo_->mu);
     if (auto it = memo_->answers.find(words); it != memo_->answers.end()) {
       const Remembered& r = it->second;
       return DispatchResult{r.kernel_name, r.config_text, r.match, std::move(data_class), r.kernel, r.config,
@@ -186,7 +189,7 @@ absl::StatusOr<DispatchResult> Dispatcher::Answer(const Op& op, const kreg_args&
   Remembered r{answer->kernel, answer->config, answer->match, answer->threads, answer->kernel->name(),
                answer->kernel->ConfigString(*answer->config)};
   DispatchResult result{r.kernel_name, r.config_text, r.match, std::move(data_class), r.kernel, r.config, r.threads};
-  absl::MutexLock lock(&memo_->mu);
+  std::unique_lock<std::shared_mutex> lock(memo_->mu);
   if (memo_->answers.size() >= kMemoEntries) memo_->answers.clear();
   memo_->answers.emplace(std::move(words), std::move(r));
   return result;
