@@ -8,6 +8,23 @@
 
 namespace kreg::python {
 
+ProblemOptions OptionsOf(const std::string& dtype, const std::string& with, const std::string& dist, uint64_t seed) {
+  ProblemOptions options;
+  if (!dtype.empty()) {
+    absl::StatusOr<std::map<std::string, DType>> dtypes = ParseDTypes(dtype);
+    if (!dtypes.ok()) throw py::value_error(absl::StrCat("dtype ", dtypes.status().message()));
+    options.dtypes = *std::move(dtypes);
+  }
+  absl::StatusOr<std::vector<std::string>> names = SplitList(with);
+  if (!names.ok()) throw py::value_error(absl::StrCat("with_: ", names.status().message()));
+  options.with.insert(names->begin(), names->end());
+  absl::StatusOr<Dist> d = ParseDist(dist);
+  if (!d.ok()) throw py::value_error(absl::StrCat("dist: ", d.status().message()));
+  options.dist = *d;
+  options.seed = seed;
+  return options;
+}
+
 // The NumPy array an output is returned in, made through NumPy's C API
 // (pybind11's npy_api), uninitialised: the kernel writes every element (the
 // conformance suite poisons outputs and checks).

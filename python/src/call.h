@@ -150,6 +150,11 @@ class Borrowed {
   DLTensor dl_{};
 };
 
+// dtype=, with_=, dist= and seed= as kreg run's --dtype, --with, --dist
+// and --seed take them (ValueError naming the argument otherwise).
+ProblemOptions OptionsOf(const std::string& dtype, const std::string& with = "",
+                         const std::string& dist = "normal", uint64_t seed = 1);
+
 // The NumPy array an output is returned in.
 py::object NewArray(DType dtype, const std::vector<int64_t>& shape);
 
@@ -205,12 +210,7 @@ class Call {
       }
     }
 
-    ProblemOptions options;
-    if (!dtype.empty()) {
-      absl::StatusOr<std::map<std::string, DType>> dtypes = ParseDTypes(dtype);
-      if (!dtypes.ok()) throw py::value_error(absl::StrCat("dtype ", dtypes.status().message()));
-      options.dtypes = *std::move(dtypes);
-    }
+    ProblemOptions options = OptionsOf(dtype);
     std::map<std::string, DType> given_types;
     std::map<std::string, std::vector<int64_t>> shapes;
     for (const auto& [name, b] : given) {

@@ -110,14 +110,7 @@ py::dict Query(const Registry& registry, const Lut& lut, const std::string& op_n
   absl::StatusOr<std::shared_ptr<const Op>> op = registry.GetOp(op_name);
   if (!op.ok()) throw py::value_error(std::string(op.status().message()));
   const Values values = Value((*op)->ParseValues(NamedFromPython(dims)));
-  ProblemOptions options;
-  if (!dtype.empty()) {
-    absl::StatusOr<std::map<std::string, DType>> dtypes = ParseDTypes(dtype);
-    if (!dtypes.ok()) throw py::value_error(absl::StrCat("dtype ", dtypes.status().message()));
-    options.dtypes = *std::move(dtypes);
-  }
-  const std::vector<std::string> optional = Value(SplitList(with));
-  options.with.insert(optional.begin(), optional.end());
+  const ProblemOptions options = OptionsOf(dtype, with);
   ShapeArgs shape;
   Check(MakeShapeArgs(**op, values, options, &shape));
   // A collective's key names its backend: thread ranks here.
