@@ -81,7 +81,7 @@ int32_t Lut::Impl::BuildTree(Group* g, std::vector<float>& coords, size_t d, uin
   const int32_t index = static_cast<int32_t>(g->nodes.size());
   g->nodes.push_back({begin, end});
   g->boxes.resize(g->boxes.size() + 2 * d);
-  float* lo = &g->boxes[2 * d * index];
+  float* lo = g->boxes.data() + 2 * d * index;  // no boxes at all where d == 0
   float* hi = lo + d;
   std::fill(lo, lo + d, std::numeric_limits<float>::infinity());
   std::fill(hi, hi + d, -std::numeric_limits<float>::infinity());

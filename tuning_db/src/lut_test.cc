@@ -339,6 +339,19 @@ TEST_F(Query, EntriesTheRegistryCannotTakeAreReportedAndSkipped) {
   EXPECT_EQ(lut->Query("nosuchop", "f32", {{"m", 8}}, kMachine).status().code(), absl::StatusCode::kNotFound);
 }
 
+// A hand-written key without dims still builds (its k-d tree has zero
+// axes); it answers no shape the op takes. Found by text_table_fuzzer.
+TEST_F(Query, AnEntryWithoutDimsBuildsAndAnswersNothing) {
+  TuningDb db;
+  db.AddTrial(MakeProblemKey("topk", "f32", {}, kMachine), Sort("nth_element", 1));
+  db.AddTrial(MakeProblemKey("topk", "f32", {}, kMachine), Sort("partial_sort", 2));
+  absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+  absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_NE(a->match, Match::kExact);
+}
+
 TEST_F(Query, AnEntryWithADimTheOpDoesNotTakeCannotAnswer) {
   TuningDb db;
   db.AddTrial(MakeProblemKey("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}, {"q", 1}}, kMachine),
