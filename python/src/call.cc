@@ -25,13 +25,21 @@ ProblemOptions OptionsOf(const std::string& dtype, const std::string& with, cons
   return options;
 }
 
-// The NumPy array an output is returned in, made through NumPy's C API
-// (pybind11's npy_api), uninitialised: the kernel writes every element (the
+// The NumPy array an output is returned in (NumPy 1 or 2), made through
+// NumPy's C API (pybind11's npy_api), uninitialised: the kernel writes every element (the
 // conformance suite poisons outputs and checks).
 py::object NewArray(DType dtype, const std::vector<int64_t>& shape) {
   static const py::dtype* types[] = {new py::dtype("float32"), new py::dtype("int32"), new py::dtype("uint16")};
   const py::dtype& type = *types[dtype == DType::kF32 ? 0 : dtype == DType::kI32 ? 1 : 2];
-  return py::array(type, std::vector<py::ssize_t>(shape.begin(), shape.end()));
+  // C-order strides from kreg's own element size: pybind11 2.10 reads the
+  // item size from NumPy 1's descriptor layout, which NumPy 2 changed.
+  std::vector<py::ssize_t> strides(shape.size());
+  py::ssize_t stride = static_cast<py::ssize_t>(DTypeSize(dtype));
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= shape[i];
+  }
+  return py::array(type, std::vector<py::ssize_t>(shape.begin(), shape.end()), strides);
 }
 
 namespace {
