@@ -57,6 +57,15 @@ if(KREG_PYTHON AND NOT KREG_SANITIZE AND NOT KREG_FUZZ)
       CACHE STRING "Where the kreg Python package is installed, relative to the prefix")
     message(STATUS "kreg: Python ${Python3_VERSION} (${Python3_EXECUTABLE}) and pybind11 ${pybind11_VERSION} found: "
                    "building the Python package")
+    # A Python with PyTorch and JAX for kreg.torch and kreg.jax (their shims
+    # and tests): scripts/venv.sh makes build/venv from this same
+    # interpreter, so the module imports in both.
+    set(kreg_venv_python ${PROJECT_SOURCE_DIR}/build/venv/bin/python)
+    if(NOT EXISTS ${kreg_venv_python})
+      set(kreg_venv_python "")
+    endif()
+    set(KREG_FRAMEWORK_PYTHON "${kreg_venv_python}" CACHE FILEPATH
+      "A Python with torch and jax for the framework bindings (default: build/venv/bin/python, made by scripts/venv.sh)")
   else()
     message(STATUS "kreg: Python 3 with its headers or pybind11 not found: skipping the Python package "
                    "(install python3-dev pybind11-dev)")

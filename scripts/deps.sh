@@ -6,7 +6,7 @@ pkgs=(cmake ninja-build g++ pkg-config libabsl-dev libtbb-dev libdlpack-dev
       libgtest-dev libgmock-dev libbenchmark-dev libfaiss-dev
       libprotobuf-dev protobuf-compiler libcli11-dev nlohmann-json3-dev
       libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin python3 util-linux
-      python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib python3-hypothesis
+      python3-dev python3-venv pybind11-dev python3-numpy python3-pytest python3-matplotlib python3-hypothesis
       clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do

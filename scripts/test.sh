@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+scripts/venv.sh   # PyTorch and JAX for kreg.torch, kreg.jax and their tests
 cmake --workflow --preset release
 cmake --workflow --preset fuzz
 # The package is relocatable: installed to one prefix and moved to another,

@@ -15,15 +15,21 @@ for its shape on this machine, remembered per shape. ``use(dispatcher)``
 sets that Dispatcher (default: ``kreg.Dispatcher()``, the shipped tables
 with those on ``KREG_TABLE_PATH``).
 
-Semantics are kreg's ops' (``kreg list``): top-k returns int32 indices
+The ops' CPU kernels are C++ (python/src/torch/ops.cc): tensors are read
+and written where they lie, and a call costs PyTorch's dispatch, the
+Dispatcher's remembered answer and the kernel. Semantics are kreg's ops'
+(``kreg list``): top-k returns int32 indices
 (``torch.topk``: int64), orders NaN above +inf and ties by ascending index,
 pads a row range shorter than k with index -1; gmm/tgmm take int32
 ``group_sizes`` on the CPU, float32 or ``torch.bfloat16`` inputs of one
 dtype, ``out_dtype`` for the output (default: the inputs'). Inputs must be
-CPU tensors, contiguous in their last dimension (others are copied once).
+CPU tensors (CUDA tensors are not taken yet), contiguous in their last
+dimension (others are copied once).
 Bad arguments raise kreg's one-line message as ValueError.
 """
 
+import ctypes
+import os
 import threading
 
 import torch
@@ -34,6 +40,7 @@ __all__ = ["topk", "gmm", "tgmm", "use", "dispatcher"]
 
 _lock = threading.Lock()
 _dispatcher = None
+_used = []  # every Dispatcher handed to the shim, alive for calls in flight on other threads
 
 
 def use(dispatcher):
@@ -44,64 +51,38 @@ def use(dispatcher):
         raise TypeError(f"kreg.torch.use: expected a kreg.Dispatcher, got {type(dispatcher).__name__}")
     with _lock:
         previous, _dispatcher = _dispatcher, dispatcher
+        _used.append(dispatcher)
+        _shim.kreg_torch_use(*dispatcher._dispatcher._bridge())
     return previous
 
 
 def dispatcher():
-    """The Dispatcher torch.ops.kreg calls go through (made on first use)."""
+    """The Dispatcher torch.ops.kreg calls go through."""
     global _dispatcher
     if _dispatcher is None:
-        with _lock:
-            if _dispatcher is None:
-                _dispatcher = kreg.Dispatcher()
+        use(kreg.Dispatcher())
     return _dispatcher
 
 
-def _dense(t):
-    """``t`` as kreg reads it without a copy: a NumPy view of a CPU tensor
-    (bf16 as its uint16 bits), contiguous in its last dim (else copied)."""
-    if t.device.type != "cpu":
-        raise ValueError(f"kreg.torch: a tensor is on {t.device}; kreg's PyTorch ops take CPU tensors")
-    if t.dim() > 0 and t.stride(-1) != 1:
-        t = t.contiguous()
-    if t.dtype == torch.bfloat16:
-        t = t.view(torch.uint16)
-    elif t.dtype not in (torch.float32, torch.int32):
-        raise ValueError(f"kreg.torch: dtype {t.dtype} is not one kreg speaks: torch.float32, torch.bfloat16 or "
-                         "torch.int32")
-    return t.detach().numpy()
+# The C++ shim (python/src/torch/ops.cc) defines the ops and their CPU
+# kernels, which run through the bridge into the Dispatcher.
+_SHIM = os.path.join(os.path.dirname(__file__), "_kreg_torch.so")
+if not os.path.exists(_SHIM):
+    raise ImportError(f"kreg.torch: {_SHIM} is missing: this kreg was built without PyTorch (configure with "
+                      "KREG_FRAMEWORK_PYTHON set to a Python that has torch; scripts/venv.sh makes one)")
+torch.ops.load_library(_SHIM)
+_shim = ctypes.CDLL(_SHIM)
+_shim.kreg_torch_use.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+_shim.kreg_torch_use.restype = None
 
 
-_lib = torch.library.Library("kreg", "DEF")  # noqa: the ops live as long as the process
-_lib.define("topk(Tensor input, int k, bool largest=True, Tensor? row_starts=None, Tensor? row_ends=None)"
-            " -> (Tensor values, Tensor indices)")
-_lib.define("gmm(Tensor lhs, Tensor rhs, Tensor group_sizes, bool transpose_rhs=False, int group_offset=0,"
-            " Tensor? existing_out=None, ScalarType? out_dtype=None) -> Tensor")
-_lib.define("tgmm(Tensor lhs, Tensor rhs, Tensor group_sizes, int group_offset=0, int? local_groups=None,"
-            " ScalarType? out_dtype=None) -> Tensor")
-
-
-# ---- Implementations -------------------------------------------------------------
+# ---- Shapes ------------------------------------------------------------------------
 
 
 def _topk_shapes(input, k):
     if input.dim() != 2:
         raise ValueError(f"kreg.topk: input must be [batch, n], got {input.dim()} dimensions")
     return (input.shape[0], k)
-
-
-@torch.library.impl(_lib, "topk", "CPU")
-def _topk_cpu(input, k, largest=True, row_starts=None, row_ends=None):
-    shape = _topk_shapes(input, k)
-    values = input.new_empty(shape)
-    indices = input.new_empty(shape, dtype=torch.int32)
-    args = {"input": _dense(input), "k": k, "largest": int(largest)}
-    if row_starts is not None:
-        args["row_starts"] = _dense(row_starts)
-    if row_ends is not None:
-        args["row_ends"] = _dense(row_ends)
-    dispatcher().run("topk", out={"values": _dense(values), "indices": _dense(indices)}, **args)
-    return values, indices
 
 
 def _gmm_shape(lhs, rhs, transpose_rhs):
@@ -111,29 +92,10 @@ def _gmm_shape(lhs, rhs, transpose_rhs):
     return (lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2])
 
 
-@torch.library.impl(_lib, "gmm", "CPU")
-def _gmm_cpu(lhs, rhs, group_sizes, transpose_rhs=False, group_offset=0, existing_out=None, out_dtype=None):
-    out = lhs.new_empty(_gmm_shape(lhs, rhs, transpose_rhs), dtype=out_dtype or lhs.dtype)
-    args = {}
-    if existing_out is not None:
-        args["existing_out"] = _dense(existing_out)
-    dispatcher().run("gmm", out={"out": _dense(out)}, lhs=_dense(lhs), rhs=_dense(rhs), group_sizes=_dense(group_sizes),
-                     transpose_rhs=int(transpose_rhs), group_offset=group_offset, **args)
-    return out
-
-
 def _tgmm_shape(lhs, rhs, group_sizes, local_groups):
     if lhs.dim() != 2 or rhs.dim() != 2 or group_sizes.dim() != 1:
         raise ValueError("kreg.tgmm: lhs must be [k, m], rhs [m, n] and group_sizes [groups]")
     return (group_sizes.shape[0] if local_groups is None else local_groups, lhs.shape[0], rhs.shape[1])
-
-
-@torch.library.impl(_lib, "tgmm", "CPU")
-def _tgmm_cpu(lhs, rhs, group_sizes, group_offset=0, local_groups=None, out_dtype=None):
-    out = lhs.new_empty(_tgmm_shape(lhs, rhs, group_sizes, local_groups), dtype=out_dtype or lhs.dtype)
-    dispatcher().run("tgmm", out={"out": _dense(out)}, lhs=_dense(lhs), rhs=_dense(rhs), group_sizes=_dense(group_sizes),
-                     group_offset=group_offset)
-    return out
 
 
 # ---- Fake implementations: shapes and dtypes only, for torch.compile and export --
@@ -253,3 +215,6 @@ def tgmm(lhs, rhs, group_sizes, *, group_offset=0, local_groups=None, out_dtype=
     local groups: lhs [k, m], rhs [m, n] -> [local_groups, k, n].
     Differentiable in lhs and rhs."""
     return torch.ops.kreg.tgmm(lhs, rhs, group_sizes, group_offset, local_groups, out_dtype)
+
+
+dispatcher()  # the shim's calls need one from the start

@@ -12,6 +12,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bridge.h"
 #include "call.h"
 #include "errors.h"
 #include "kreg/answer.h"
@@ -259,6 +261,32 @@ void BindTuningDb(py::module_& m) {
           py::arg("shipped") = true, py::arg("device") = "cpu");
 }
 
+// kreg_bridge_run (bridge.h) over a Dispatcher.
+int BridgeRun(const void* dispatcher, const char* op, const kreg_args* args, int32_t threads, char* error,
+              size_t error_cap) {
+  RunOptions options;
+  options.num_threads = threads;
+  absl::StatusOr<DispatchResult> result = static_cast<const Dispatcher*>(dispatcher)->Run(op, *args, options);
+  if (result.ok()) return KREG_BRIDGE_OK;
+  if (error_cap > 0) {
+    const absl::string_view message = result.status().message();
+    const size_t n = std::min(message.size(), error_cap - 1);
+    std::copy_n(message.data(), n, error);
+    error[n] = '\0';
+  }
+  switch (result.status().code()) {
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+      return KREG_BRIDGE_BAD_ARGUMENT;
+    case absl::StatusCode::kResourceExhausted:
+      return KREG_BRIDGE_NO_MEMORY;
+    default:
+      return KREG_BRIDGE_FAILED;
+  }
+}
+
 void BindDispatcher(py::module_& m) {
   py::class_<PyDispatcher>(m, "Dispatcher")
       .def(py::init([](const PyRegistry& r, const PyTuningDb* db, const std::string& machine, bool shipped) {
@@ -300,6 +328,14 @@ void BindDispatcher(py::module_& m) {
           },
           py::arg("op"), py::kw_only(), py::arg("out") = py::none(), py::arg("dtype") = "", py::arg("threads") = 0,
           py::arg("device") = "cpu")
+      .def(
+          "_bridge",
+          [](const PyDispatcher& d) {
+            const kreg_bridge_run_fn run = &BridgeRun;
+            return py::make_tuple(reinterpret_cast<uintptr_t>(run), reinterpret_cast<uintptr_t>(&*d.dispatcher));
+          },
+          "(kreg_bridge_run's address, this Dispatcher's): for a framework shim (bridge.h); valid while this "
+          "Dispatcher lives.")
       .def_property_readonly("last", &PyDispatcher::Last,
                     "What the last run ran: kernel, params (a dict, as query's), match, data_class.");
 }
