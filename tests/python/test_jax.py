@@ -16,53 +16,20 @@ jax = pytest.importorskip("jax", reason="JAX is not installed here (pip install 
 jnp = pytest.importorskip("jax.numpy")
 kjax = pytest.importorskip("kreg.jax", reason="kreg.jax needs libkreg_xla (built where CMake finds jax)")
 
+from topk_cases import adversarial_rows, topk_reference  # noqa: E402
+
 RNG = np.random.default_rng(7)
 F32, BF16 = jnp.float32, jnp.bfloat16
 
 
 # ---- top-k -------------------------------------------------------------------------------------------------------
 
-def topk_order(x, k, largest=True, starts=None, ends=None):
-    """kreg's top-k columns (DESIGN.md §4.1): NaN of either sign above +inf
-    (also smallest-first, where they go last), -0 == +0, ties by ascending
-    column; a range shorter than k padded with -1."""
-    batch, n = x.shape
-    idx = np.full((batch, k), -1, np.int64)
-    for r in range(batch):
-        lo = 0 if starts is None else starts[r]
-        hi = n if ends is None else ends[r]
-        row = x[r, lo:hi].astype(np.float64)
-        nan = np.isnan(row)
-        v = np.where(nan, 0.0, row)
-        cols = np.arange(lo, hi)
-        order = np.lexsort((cols, -v, ~nan)) if largest else np.lexsort((cols, v, nan))
-        take = cols[order[:k]]
-        idx[r, : len(take)] = take
-    return idx
-
-
-def adversarial_rows(n):
-    rows = [
-        RNG.standard_normal(n),
-        np.full(n, 1.5),                                          # all equal
-        RNG.integers(-2, 3, n).astype(np.float64),                # ties
-        np.where(RNG.random(n) < 0.5, 0.0, -0.0),                 # +0 and -0
-        np.where(RNG.random(n) < 0.2, np.inf, -np.inf),           # infinities
-        np.where(RNG.random(n) < 0.1, np.nan, RNG.standard_normal(n)),
-    ]
-    nans = np.full(n, np.nan)
-    nans[::2] = -np.nan                                           # NaN of both signs
-    nans[1::3] = np.inf
-    rows.append(nans)
-    return np.stack(rows).astype(np.float32)
-
-
 def check_topk(values, indices, x, k, largest=True, starts=None, ends=None):
     """Indices in kreg's order; values the input's own bits there, the worst
     value on padding."""
     values, indices = np.asarray(values), np.asarray(indices)
     x32 = np.asarray(jnp.asarray(x, F32))
-    want = topk_order(x32, k, largest, starts, ends)
+    want = topk_reference(x32, k, largest, starts, ends)
     np.testing.assert_array_equal(indices, want)
     rows = np.arange(x32.shape[0])[:, None]
     picked = np.asarray(x)[rows, np.maximum(want, 0)]
@@ -91,7 +58,7 @@ def test_topk_equals_lax_top_k(shape, k, largest):
 @pytest.mark.parametrize("largest", [True, False])
 @pytest.mark.parametrize("dtype", [F32, BF16])
 def test_topk_adversarial_rows_in_kregs_order(largest, dtype):
-    x = jnp.asarray(adversarial_rows(301), dtype)
+    x = jnp.asarray(adversarial_rows(301, RNG), dtype)
     for k in (0, 1, 17, 301):
         values, indices = topk_jit(x, k=k, largest=largest)
         check_topk(values, indices, x, k, largest)
