@@ -60,12 +60,12 @@ if(KREG_PYTHON AND NOT KREG_SANITIZE AND NOT KREG_FUZZ)
     # A Python with PyTorch and JAX for kreg.torch and kreg.jax (their shims
     # and tests): scripts/venv.sh makes build/venv from this same
     # interpreter, so the module imports in both.
-    set(kreg_venv_python ${PROJECT_SOURCE_DIR}/build/venv/bin/python)
-    if(NOT EXISTS ${kreg_venv_python})
-      set(kreg_venv_python "")
+    # Empty: build/venv/bin/python once it exists.
+    set(kreg_doc "A Python with torch and jax for the framework shims and tests (empty: build/venv/bin/python, which scripts/venv.sh makes, where it exists)")
+    set(KREG_FRAMEWORK_PYTHON "" CACHE FILEPATH "${kreg_doc}")
+    if(NOT KREG_FRAMEWORK_PYTHON AND EXISTS ${PROJECT_SOURCE_DIR}/build/venv/bin/python)
+      set(KREG_FRAMEWORK_PYTHON ${PROJECT_SOURCE_DIR}/build/venv/bin/python CACHE FILEPATH "${kreg_doc}" FORCE)
     endif()
-    set(KREG_FRAMEWORK_PYTHON "${kreg_venv_python}" CACHE FILEPATH
-      "A Python with torch and jax for the framework bindings (default: build/venv/bin/python, made by scripts/venv.sh)")
   else()
     message(STATUS "kreg: Python 3 with its headers or pybind11 not found: skipping the Python package "
                    "(install python3-dev pybind11-dev)")

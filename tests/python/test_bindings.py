@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import kreg
+from topk_cases import adversarial_rows, topk_reference
 
 RNG = np.random.default_rng(1)
 
@@ -29,41 +30,6 @@ def kernels_of(registry, op):
 
 
 # ---- top-k: kreg's order, by NumPy ---------------------------------------------
-
-def topk_reference(x, k, largest=True, starts=None, ends=None):
-    """kreg's top-k (DESIGN.md): NaN of either sign above +inf when largest
-    and below -inf when smallest, -0 == +0, ties by ascending index; a range
-    shorter than k is padded with index -1."""
-    batch, n = x.shape
-    idx = np.full((batch, k), -1, np.int64)
-    for r in range(batch):
-        lo = 0 if starts is None else starts[r]
-        hi = n if ends is None else ends[r]
-        row = x[r, lo:hi].astype(np.float64)
-        nan = np.isnan(row)
-        v = np.where(nan, 0.0, row)
-        cols = np.arange(lo, hi)
-        order = np.lexsort((cols, -v, ~nan)) if largest else np.lexsort((cols, v, nan))
-        take = cols[order[:k]]
-        idx[r, : len(take)] = take
-    return idx
-
-
-def adversarial_rows(n):
-    rows = [
-        RNG.standard_normal(n),
-        np.full(n, 1.5),                                             # all equal
-        RNG.integers(-2, 3, n).astype(np.float64),                   # ties
-        np.where(RNG.random(n) < 0.5, 0.0, -0.0),                    # +0 and -0
-        np.where(RNG.random(n) < 0.2, np.inf, -np.inf),              # infinities
-        np.where(RNG.random(n) < 0.1, np.nan, RNG.standard_normal(n)),
-    ]
-    neg_nan = np.full(n, np.nan)
-    neg_nan[::2] = -np.nan                                           # NaN of both signs
-    neg_nan[1::3] = np.inf
-    rows.append(neg_nan)
-    return np.stack(rows).astype(np.float32)
-
 
 def check_topk(out, x, k, largest=True, starts=None, ends=None, bf16=False):
     expect = topk_reference(kreg.bf16_to_float32(x) if bf16 else x, k, largest, starts, ends)
@@ -92,7 +58,7 @@ def test_topk_random_matches_numpy(registry, shape, k, largest):
 
 @pytest.mark.parametrize("largest", [True, False])
 def test_topk_adversarial_matches_numpy(registry, largest):
-    x = adversarial_rows(301)
+    x = adversarial_rows(301, RNG)
     for kernel in kernels_of(registry, "topk"):
         for k in (1, 17, 301):
             check_topk(registry.run(kernel.name, input=x, k=k, largest=largest), x, k, largest)
@@ -109,7 +75,7 @@ def test_topk_ragged_rows_pad_with_minus_one(registry):
 
 
 def test_topk_bf16_as_uint16_bits(registry):
-    x32 = np.concatenate([adversarial_rows(200), RNG.standard_normal((3, 200)).astype(np.float32)])
+    x32 = np.concatenate([adversarial_rows(200, RNG), RNG.standard_normal((3, 200)).astype(np.float32)])
     bits = kreg.float32_to_bf16(x32)
     for kernel in kernels_of(registry, "topk"):
         out = registry.run(kernel.name, input=bits, k=20)
