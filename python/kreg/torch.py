@@ -139,8 +139,10 @@ def _topk_backward(ctx, grad_values, grad_indices):
     return wide[:, :n], None, None, None, None
 
 
-def _as(t, dtype):
-    return t if t.dtype == dtype else t.to(dtype)
+def _pair(a, b):
+    """Two operands in one dtype: float32 where theirs differ (a bf16 rhs, a
+    float32 gradient), as kreg's grouped matmuls take one dtype."""
+    return (a, b) if a.dtype == b.dtype else (a.float(), b.float())
 
 
 def _gmm_setup(ctx, inputs, output):
@@ -152,19 +154,20 @@ def _gmm_setup(ctx, inputs, output):
 
 def _gmm_backward(ctx, grad):
     lhs, rhs, group_sizes = ctx.saved_tensors
-    grad_in = _as(grad, lhs.dtype).contiguous()  # the inputs' dtype, as the op needs one for both
+    grad = grad.contiguous()
     grad_lhs = grad_rhs = None
     if ctx.needs_input_grad[0]:
         # d(lhs)[rows of g] = d(out)[rows] . W_g^T, W_g = rhs[g] (or rhs[g]^T).
-        grad_lhs = gmm(grad_in, rhs, group_sizes, transpose_rhs=not ctx.transpose_rhs, group_offset=ctx.group_offset)
+        g, w = _pair(grad, rhs)
+        grad_lhs = gmm(g, w, group_sizes, transpose_rhs=not ctx.transpose_rhs,
+                       group_offset=ctx.group_offset).to(lhs.dtype)
     if ctx.needs_input_grad[1]:
-        local_groups = rhs.shape[0]
+        g, x = _pair(grad, lhs)
         if ctx.transpose_rhs:  # d(rhs[g]) = d(out)[rows]^T . lhs[rows]: [n, k]
-            grad_rhs = tgmm(grad_in.t().contiguous(), lhs, group_sizes, group_offset=ctx.group_offset,
-                            local_groups=local_groups)
+            a, b = g.t().contiguous(), x
         else:  # d(rhs[g]) = lhs[rows]^T . d(out)[rows]: [k, n]
-            grad_rhs = tgmm(lhs.t().contiguous(), grad_in, group_sizes, group_offset=ctx.group_offset,
-                            local_groups=local_groups)
+            a, b = x.t().contiguous(), g
+        grad_rhs = tgmm(a, b, group_sizes, group_offset=ctx.group_offset, local_groups=rhs.shape[0]).to(rhs.dtype)
     grad_existing = grad if ctx.has_existing and ctx.needs_input_grad[5] else None
     return grad_lhs, grad_rhs, None, None, None, grad_existing, None
 
@@ -177,15 +180,17 @@ def _tgmm_setup(ctx, inputs, output):
 
 def _tgmm_backward(ctx, grad):
     lhs, rhs, group_sizes = ctx.saved_tensors
-    grad_in = _as(grad, lhs.dtype).contiguous()
+    grad = grad.contiguous()
     grad_lhs = grad_rhs = None
     if ctx.needs_input_grad[0]:
         # d(lhs)[:, rows of g] = d(out[i]) . rhs[rows]^T, so d(lhs)^T[rows] =
         # rhs[rows] . d(out[i])^T: a gmm with transpose_rhs over [k, n] blocks.
-        grad_lhs = gmm(rhs, grad_in, group_sizes, transpose_rhs=True, group_offset=ctx.group_offset).t()
+        r, g = _pair(rhs, grad)
+        grad_lhs = gmm(r, g, group_sizes, transpose_rhs=True, group_offset=ctx.group_offset).t().to(lhs.dtype)
     if ctx.needs_input_grad[1]:
         # d(rhs)[rows of g] = lhs[:, rows]^T . d(out[i]).
-        grad_rhs = gmm(lhs.t().contiguous(), grad_in, group_sizes, group_offset=ctx.group_offset)
+        x, g = _pair(lhs, grad)
+        grad_rhs = gmm(x.t().contiguous(), g, group_sizes, group_offset=ctx.group_offset).to(rhs.dtype)
     return grad_lhs, grad_rhs, None, None, None, None
 
 

@@ -227,6 +227,20 @@ def test_gmm_gradients_match_a_float64_reference(transpose_rhs):
         close(g, w, torch.float32, max(m, n))
 
 
+def test_gmm_gradients_of_bf16_inputs_with_a_float32_out():
+    """d(out) is float32, the operands bf16: each gradient is reduced in
+    float32 and rounded once to its operand's dtype."""
+    group_sizes = sizes(30, 0, 34)
+    lhs, rhs, weights = randn(64, 16, dtype=torch.bfloat16), randn(3, 16, 8, dtype=torch.bfloat16), randn(64, 8)
+    got = gmm_grads(lambda l, r, existing_out: kt.gmm(l, r, group_sizes, out_dtype=torch.float32) + existing_out,
+                    lhs, rhs, randn(64, 8), weights)
+    want = gmm_grads(lambda l, r, existing_out: gmm_reference(l, r, group_sizes) + existing_out,
+                     lhs.double(), rhs.double(), randn(64, 8).double(), weights.double())
+    assert got[0].dtype == got[1].dtype == torch.bfloat16
+    for g, w in zip(got[:2], want[:2]):
+        close(g, w, torch.bfloat16, 64)
+
+
 def test_tgmm_gradients_match_a_float64_reference():
     k, m, n, group_sizes = 11, 60, 7, sizes(25, 0, 30)  # an empty group, 5 rows past
     lhs, rhs, weights = randn(k, m), randn(m, n), randn(3, k, n)
