@@ -9,8 +9,8 @@
 Importing this module registers ``torch.ops.kreg.topk``, ``gmm`` and
 ``tgmm`` with ``torch.library``: each has a fake (meta) implementation, so
 shapes propagate under ``torch.compile(fullgraph=True)`` and
-``torch.export``, and an autograd formula (docs/DESIGN.md, "Framework
-bindings"). Every call goes through one kreg Dispatcher: the table's choice
+``torch.export``, and an autograd formula in C++ (docs/DESIGN.md §9,
+Framework bindings). Every call goes through one kreg Dispatcher: the table's choice
 for its shape on this machine, remembered per shape. ``use(dispatcher)``
 sets that Dispatcher (default: ``kreg.Dispatcher()``, the shipped tables
 with those on ``KREG_TABLE_PATH``).
@@ -64,8 +64,8 @@ def dispatcher():
     return _dispatcher
 
 
-# The C++ shim (python/src/torch/ops.cc) defines the ops and their CPU
-# kernels, which run through the bridge into the Dispatcher.
+# The C++ shim (python/src/torch) defines the ops, their CPU kernels, which
+# run through the bridge into the Dispatcher, and their autograd kernels.
 _SHIM = os.path.join(os.path.dirname(__file__), "_kreg_torch.so")
 if not os.path.exists(_SHIM):
     raise ImportError(f"kreg.torch: {_SHIM} is missing: this kreg was built without PyTorch (configure with "
@@ -115,88 +115,6 @@ def _gmm_fake(lhs, rhs, group_sizes, transpose_rhs=False, group_offset=0, existi
 @torch.library.register_fake("kreg::tgmm")
 def _tgmm_fake(lhs, rhs, group_sizes, group_offset=0, local_groups=None, out_dtype=None):
     return lhs.new_empty(_tgmm_shape(lhs, rhs, group_sizes, local_groups), dtype=out_dtype or lhs.dtype)
-
-
-# ---- Autograd (docs/DESIGN.md, "Framework bindings") -----------------------------
-
-
-def _topk_setup(ctx, inputs, output):
-    input = inputs[0]
-    ctx.shape, ctx.dtype = input.shape, input.dtype
-    ctx.save_for_backward(output[1])
-
-
-def _topk_backward(ctx, grad_values, grad_indices):
-    (indices,) = ctx.saved_tensors
-    if grad_values is None or indices.numel() == 0:
-        return indices.new_zeros(ctx.shape, dtype=ctx.dtype), None, None, None, None
-    # Padding (-1, past a short row range) receives nothing: a column n is
-    # added to scatter into, then cut off.
-    n = ctx.shape[1]
-    index = torch.where(indices >= 0, indices, n).long()
-    wide = grad_values.new_zeros((ctx.shape[0], n + 1), dtype=ctx.dtype)
-    wide.scatter_add_(1, index, grad_values.to(ctx.dtype))
-    return wide[:, :n], None, None, None, None
-
-
-def _pair(a, b):
-    """Two operands in one dtype: float32 where theirs differ (a bf16 rhs, a
-    float32 gradient), as kreg's grouped matmuls take one dtype."""
-    return (a, b) if a.dtype == b.dtype else (a.float(), b.float())
-
-
-def _gmm_setup(ctx, inputs, output):
-    lhs, rhs, group_sizes, transpose_rhs, group_offset, existing_out, _ = inputs
-    ctx.transpose_rhs, ctx.group_offset = transpose_rhs, group_offset
-    ctx.has_existing = existing_out is not None
-    ctx.save_for_backward(lhs, rhs, group_sizes)
-
-
-def _gmm_backward(ctx, grad):
-    lhs, rhs, group_sizes = ctx.saved_tensors
-    grad = grad.contiguous()
-    grad_lhs = grad_rhs = None
-    if ctx.needs_input_grad[0]:
-        # d(lhs)[rows of g] = d(out)[rows] . W_g^T, W_g = rhs[g] (or rhs[g]^T).
-        g, w = _pair(grad, rhs)
-        grad_lhs = gmm(g, w, group_sizes, transpose_rhs=not ctx.transpose_rhs,
-                       group_offset=ctx.group_offset).to(lhs.dtype)
-    if ctx.needs_input_grad[1]:
-        g, x = _pair(grad, lhs)
-        if ctx.transpose_rhs:  # d(rhs[g]) = d(out)[rows]^T . lhs[rows]: [n, k]
-            a, b = g.t().contiguous(), x
-        else:  # d(rhs[g]) = lhs[rows]^T . d(out)[rows]: [k, n]
-            a, b = x.t().contiguous(), g
-        grad_rhs = tgmm(a, b, group_sizes, group_offset=ctx.group_offset, local_groups=rhs.shape[0]).to(rhs.dtype)
-    grad_existing = grad if ctx.has_existing and ctx.needs_input_grad[5] else None
-    return grad_lhs, grad_rhs, None, None, None, grad_existing, None
-
-
-def _tgmm_setup(ctx, inputs, output):
-    lhs, rhs, group_sizes, group_offset, _, _ = inputs
-    ctx.group_offset = group_offset
-    ctx.save_for_backward(lhs, rhs, group_sizes)
-
-
-def _tgmm_backward(ctx, grad):
-    lhs, rhs, group_sizes = ctx.saved_tensors
-    grad = grad.contiguous()
-    grad_lhs = grad_rhs = None
-    if ctx.needs_input_grad[0]:
-        # d(lhs)[:, rows of g] = d(out[i]) . rhs[rows]^T, so d(lhs)^T[rows] =
-        # rhs[rows] . d(out[i])^T: a gmm with transpose_rhs over [k, n] blocks.
-        r, g = _pair(rhs, grad)
-        grad_lhs = gmm(r, g, group_sizes, transpose_rhs=True, group_offset=ctx.group_offset).t().to(lhs.dtype)
-    if ctx.needs_input_grad[1]:
-        # d(rhs)[rows of g] = lhs[:, rows]^T . d(out[i]).
-        x, g = _pair(lhs, grad)
-        grad_rhs = gmm(x.t().contiguous(), g, group_sizes, group_offset=ctx.group_offset).to(rhs.dtype)
-    return grad_lhs, grad_rhs, None, None, None, None
-
-
-torch.library.register_autograd("kreg::topk", _topk_backward, setup_context=_topk_setup)
-torch.library.register_autograd("kreg::gmm", _gmm_backward, setup_context=_gmm_setup)
-torch.library.register_autograd("kreg::tgmm", _tgmm_backward, setup_context=_tgmm_setup)
 
 
 # ---- The Python front -------------------------------------------------------------
