@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -186,6 +187,34 @@ def test_query_says_why_it_defaults(registry):
     answer = kreg.TuningDb().query("topk", {"batch": 2, "n": 50, "k": 3}, registry=registry, shipped=False)
     assert answer["match"] == "default" and answer["why"]
     assert answer["explanation"].startswith("default: ")
+
+
+def test_one_registry_and_dispatcher_serve_many_python_threads(registry):
+    """Runs release the GIL: four threads calling one Registry and one
+    Dispatcher at once all get the single-threaded answers."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((16, 3000), dtype=np.float32)
+    lhs, rhs = rng.standard_normal((500, 64), dtype=np.float32), rng.standard_normal((3, 64, 40), dtype=np.float32)
+    sizes = np.array([200, 0, 250], np.int32)
+    dispatcher = kreg.Dispatcher(registry=registry)
+    calls = [lambda: registry.run("topk/radix", input=x, k=20)["indices"],
+             lambda: dispatcher.run("topk", input=x, k=20)["indices"],
+             lambda: dispatcher.run("gmm", lhs=lhs, rhs=rhs, group_sizes=sizes)["out"]]
+    want = [call() for call in calls]
+    wrong = []
+
+    def work():
+        for _ in range(25):
+            for call, w in zip(calls, want):
+                if not np.array_equal(call(), w):
+                    wrong.append(1)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
 
 
 def test_dispatcher_runs_the_tables_choice(registry, tmp_path):
