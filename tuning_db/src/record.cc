@@ -76,6 +76,12 @@ absl::StatusOr<Dims> ParseRecordDims(absl::string_view text) {
 
 bool IsShapeLine(absl::string_view line) { return !line.empty() && line[0] != '#'; }
 
+// A record of kMaxRecordShapes full lines.
+constexpr int64_t kMostRecordBytes = limits::kMaxRecordShapes * limits::kMaxRecordLineBytes;
+absl::Status TooLarge() {
+  return absl::InvalidArgumentError(absl::StrCat("not a shape record (over ", kMostRecordBytes, " bytes)"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> RecordLine(const RecordedShape& shape) {
@@ -131,6 +137,10 @@ absl::StatusOr<RecordedShape> ParseRecordLine(absl::string_view line) {
 }
 
 absl::StatusOr<std::vector<RecordedShape>> ReadShapeRecord(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > kMostRecordBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", TooLarge().message()));
+  }
   absl::StatusOr<std::string> text = internal::ReadFile(path);
   if (!text.ok()) return text.status();
   std::vector<RecordedShape> shapes;
@@ -193,6 +203,9 @@ void WarnOnce(absl::string_view path, std::set<std::string>& warned, absl::strin
 // Reads the lines appended since `offset` into `lines` (a line the file
 // ends inside is left for the next read).
 absl::Status ReadNew(int fd, off_t* offset, bool* cut, absl::flat_hash_set<std::string>* lines) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return absl::ErrnoToStatus(errno, "cannot read it");
+  if (st.st_size > kMostRecordBytes) return TooLarge();
   std::string text;
   char buf[1 << 16];
   while (true) {
