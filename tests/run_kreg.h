@@ -1,4 +1,4 @@
-// Runs the kreg binary for the end-to-end tests.
+// Runs the kreg binary for the end-to-end tests, with their scratch folders.
 #ifndef KREG_TESTS_RUN_KREG_H_
 #define KREG_TESTS_RUN_KREG_H_
 
@@ -7,9 +7,12 @@
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+
+#include "gtest/gtest.h"
 
 namespace kreg {
 
@@ -45,6 +48,21 @@ inline Result RunCommand(const std::string& env, const std::string& binary, cons
 inline Result RunKreg(const std::string& plugins, const std::string& args, const std::string& env = "") {
   const std::string tables = env.find("KREG_TABLE_PATH=") == std::string::npos ? "KREG_TABLE_PATH= " : "";
   return RunCommand(tables + env, KREG_BIN, "--plugin_path=" + plugins + " " + args);
+}
+
+// An empty scratch folder of this test process's own (two builds' tests may
+// run at once): TempDir/kreg_PREFIX_NAME_PID.
+inline std::string ScratchDir(const std::string& prefix, const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/kreg_" + prefix + "_" + name + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// A file's bytes ("" when it cannot be read).
+inline std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 }  // namespace kreg

@@ -13,6 +13,7 @@
 #include "kreg/tuner.h"
 #include "kreg/log.h"
 #include "kreg/npy.h"
+#include "kreg/record.h"
 #include "kreg/text.h"
 #include "tools/cli.h"
 
@@ -298,6 +299,12 @@ absl::StatusOr<TableChoice> ChooseFromTable(const Flags& flags, const ProblemSpe
   for (const std::string& w : warnings) Warn(flags, w);
   if (!record.ok()) return record.status();
   const LutAnswer* a = &record->answer;
+  // KREG_RECORD: a shape the tables do not answer exactly is recorded, as
+  // the Dispatcher records it.
+  std::shared_ptr<ShapeRecorder> recorder = a->match == Match::kExact ? nullptr : ShapeRecorder::FromEnvironment();
+  if (recorder != nullptr) {
+    recorder->Add({spec.op->name(), record->key.dtype(), KeyDims(record->key), record->key.data_class(), *device});
+  }
   absl::StatusOr<std::shared_ptr<const Kernel>> kernel = registry.Get(a->kernel->name());
   if (!kernel.ok()) return kernel.status();
   TableChoice choice;

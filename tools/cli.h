@@ -84,6 +84,7 @@ struct Flags {
   double lock_timeout = limits::kDefaultLockTimeoutSeconds;
   int max_list_len = 2, list_growth_rounds = 4;
   bool no_thread_round = false;
+  std::string from_record;  // tune: the shape record (KREG_RECORD's file) to sweep
 };
 
 // The registry from --plugin-path, KREG_PLUGIN_PATH and the default folders;

@@ -32,6 +32,7 @@
 #include "tools/binders.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "tools/record.h"
 
 namespace kreg::cli {
 namespace {
@@ -344,10 +345,64 @@ absl::Status TuneEach(const Flags& flags, const Registry& registry, const TuneRe
   return absl::OkStatus();
 }
 
+std::string InterruptedMessage(const Flags& flags) {
+  return absl::StrCat("interrupted; every finished measurement is in ", flags.db,
+                      "; run the same command again to resume");
+}
+
+// A line about a recorded shape: on stdout, or stderr under --json (whose
+// stdout holds records only).
+void Say(const Flags& flags, const std::string& line) {
+  (flags.json ? std::cerr : std::cout) << ValidUtf8(line) << "\n" << std::flush;
+}
+
+// kreg tune --from-record: each recorded shape the table does not answer
+// exactly, swept in turn; one that fails is reported and the others go on.
+absl::Status TuneFromRecord(const Flags& flags, const Registry& registry, Strategy strategy,
+                            const ProblemOptions& options) {
+  if (flags.backend == "mpi") {
+    return absl::InvalidArgumentError("--from-record: sweeps run in one process, not under mpirun");
+  }
+  // The whole record is read before the table is touched.
+  absl::StatusOr<std::vector<RecordedProblem>> problems = ReadRecordedProblems(flags, registry, options);
+  if (!problems.ok()) return problems.status();
+  if (problems->empty()) {
+    Say(flags, absl::StrCat(flags.from_record, ": no shapes recorded; nothing to tune"));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<TuningDb> db = OpenTable(flags, /*reports=*/true, nullptr, false);
+  if (!db.ok()) return db.status();
+  if (absl::Status s = SkipAnswered(flags, registry, *db, &*problems); !s.ok()) return s;
+  CatchInterrupts(flags);
+  std::vector<std::string> failed;
+  for (RecordedProblem& p : *problems) {
+    const std::string name = RecordedName(flags, p.shape);
+    Say(flags, absl::StrCat(name, p.skip.empty() ? ": tuning" : absl::StrCat(": skipped, ", p.skip)));
+    if (!p.skip.empty()) continue;
+    Mesh mesh;
+    absl::StatusOr<TuneRequest> base = BaseRequest(p.flags, strategy, std::move(p.options), {}, &mesh);
+    absl::Status s = base.status();
+    if (s.ok()) {
+      s = TuneEach(p.flags, registry, *base, {std::move(p.values)}, *db, strategy, true, InterruptedMessage(flags));
+    }
+    if (s.code() == absl::StatusCode::kCancelled) return s;
+    if (!s.ok()) {
+      Warn(flags, absl::StrCat(name, ": ", s.message()));
+      failed.push_back(name);
+    }
+  }
+  if (failed.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(failed.size(), " of ", problems->size(),
+                                                    " recorded shapes failed: ", absl::StrJoin(failed, "; ")));
+}
+
 }  // namespace
 
 absl::Status Tune(const Flags& flags) {
-  if (flags.dims.empty() && flags.inputs.empty()) {
+  if (flags.from_record.empty() && flags.target.empty()) {
+    return absl::InvalidArgumentError("OP is required (or give --from-record FILE)");
+  }
+  if (flags.from_record.empty() && flags.dims.empty() && flags.inputs.empty()) {
     return absl::InvalidArgumentError("tune needs --dims NAME=V,... (one problem per --dims)");
   }
   absl::StatusOr<Strategy> strategy = ParseStrategy(flags.strategy);
@@ -358,6 +413,7 @@ absl::Status Tune(const Flags& flags) {
   if (!inputs.ok()) return inputs.status();
   absl::StatusOr<std::unique_ptr<Registry>> registry = LoadRegistry(flags);
   if (!registry.ok()) return registry.status();
+  if (!flags.from_record.empty()) return TuneFromRecord(flags, **registry, *strategy, *std::move(options));
   Mesh mesh;
   absl::StatusOr<TuneRequest> base = BaseRequest(flags, *strategy, *std::move(options), *std::move(inputs), &mesh);
   if (!base.ok()) return base.status();
@@ -374,8 +430,7 @@ absl::Status Tune(const Flags& flags) {
   absl::StatusOr<TuningDb> db = OpenTable(flags, reports, mpi->get(), (*op)->collective());
   if (!db.ok()) return db.status();
   CatchInterrupts(flags);
-  const std::string interrupted_message = absl::StrCat(
-      "interrupted; every finished measurement is in ", flags.db, "; run the same command again to resume");
+  const std::string interrupted_message = InterruptedMessage(flags);
   if (*mpi != nullptr && !(*op)->collective()) {
     return TuneShared(flags, **registry, *base, *std::move(problems), **mpi, *db, *strategy, interrupted_message);
   }
@@ -418,7 +473,8 @@ absl::Status Query(const Flags& flags) {
 }
 
 void SetupTune(CLI::App* tune, HelpFormatter& help, Flags& f) {
-  help.Set(tune, {"kreg tune OP --dims NAME=V,... [--dims NAME=V,...]... --db FILE [flags]",
+  help.Set(tune, {"kreg tune OP --dims NAME=V,... [--dims NAME=V,...]... --db FILE [flags]\n"
+                  "kreg tune --from-record FILE --db FILE [flags]",
                   "Searches every available kernel's parameter space (the op's reference left out unless named "
                   "with --variants) for each problem, one per --dims, in a worker process: a candidate that "
                   "crashes or hangs is recorded as failed. Every result is saved into the table as it comes, so "
@@ -426,8 +482,14 @@ void SetupTune(CLI::App* tune, HelpFormatter& help, Flags& f) {
                   "missing. Progress goes to stderr, results to stdout.",
                   "kreg tune topk --dims batch=32,n=32000,k=50 --dims batch=64,n=32768,k=1024 --db topk.lut\n"
                   "kreg tune topk --dims k=64 --input input=logits.npy --db topk.lut --strategy exhaustive\n"
-                  "kreg tune topk --dims batch=8,n=4000,k=16 --variants sort,heap --budget 60 --db topk.lut"});
-  tune->add_option("OP", f.target, "the op to tune (kreg list shows the ops)")->required();
+                  "kreg tune topk --dims batch=8,n=4000,k=16 --variants sort,heap --budget 60 --db topk.lut\n"
+                  "KREG_RECORD=shapes.txt ./my_program && kreg tune --from-record shapes.txt --db topk.lut"});
+  tune->add_option("OP", f.target, "the op to tune (kreg list shows the ops)");
+  tune->add_option("--from-record,--from_record", f.from_record,
+                   "tune every shape a KREG_RECORD file holds (calls the tables did not answer exactly), each "
+                   "with its op, dims, dtypes, data class and device, skipping those the table answers exactly")
+      ->option_text("FILE")
+      ->check(NotBlank());
   AddDims(tune, f, "a problem: the op's dims and attributes; repeatable, one problem each");
   tune->add_option("--db", f.db, "the table to record into (created if missing)")->option_text("FILE")->required();
   tune->add_option("--variants", f.variants, "variants to search (default: every available one but the reference)")

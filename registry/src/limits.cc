@@ -62,4 +62,8 @@ absl::Status CheckCores(int64_t cores, absl::string_view what) {
   return IntIn(cores, 0, kMaxCores, what, absl::StrCat("0 to ", kMaxCores));
 }
 
+absl::Status CheckRecordShapes(int64_t shapes, absl::string_view what) {
+  return IntIn(shapes, 0, kMaxRecordShapes, what, absl::StrCat("at most ", kMaxRecordShapes, " shapes"));
+}
+
 }  // namespace kreg::limits

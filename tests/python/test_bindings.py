@@ -233,6 +233,20 @@ def test_dispatcher_runs_the_tables_choice(registry, tmp_path):
     assert dispatcher.last["match"] == "nearest"
 
 
+def test_dispatcher_records_shapes_the_table_does_not_answer_exactly(registry, tmp_path, monkeypatch):
+    x = RNG.standard_normal((3, 700)).astype(np.float32)
+    db = tmp_path / "t.lut"
+    kreg.tune("topk", {"batch": 3, "n": 700, "k": 4}, db, registry=registry, variants=["sort"], reps=3,
+              thread_round=False)
+    record = tmp_path / "shapes.txt"
+    monkeypatch.setenv("KREG_RECORD", str(record))  # read when the Dispatcher is made
+    dispatcher = kreg.Dispatcher(str(db), registry=registry, shipped=False)
+    for rows in (3, 2, 2):  # exact, then nearest twice
+        check_topk(dispatcher.run("topk", input=x[:rows], k=4), x[:rows], 4)
+    lines = [line for line in record.read_text().splitlines() if not line.startswith("#")]
+    assert lines == ["topk f32 batch=2,n=700,k=4 - cpu"]
+
+
 def test_tune_reports_progress_and_saves_the_table(registry, tmp_path):
     seen = []
     db = tmp_path / "p.lut"

@@ -87,14 +87,16 @@ Dispatcher::Dispatcher(Lut lut, OpMap ops, std::string machine_id, std::string d
       ops_(std::move(ops)),
       machine_id_(std::move(machine_id)),
       data_class_(std::move(data_class)),
-      memo_(std::make_unique<Memo>()) {}
+      memo_(std::make_unique<Memo>()),
+      recorder_(ShapeRecorder::FromEnvironment()) {}
 
 Dispatcher::Dispatcher(Dispatcher&& other) noexcept
     : lut_(std::move(other.lut_)),
       ops_(std::move(other.ops_)),
       machine_id_(std::move(other.machine_id_)),
       data_class_(std::move(other.data_class_)),
-      memo_(std::make_unique<Memo>()) {}
+      memo_(std::make_unique<Memo>()),
+      recorder_(std::move(other.recorder_)) {}
 
 Dispatcher& Dispatcher::operator=(Dispatcher&& other) noexcept {
   lut_ = std::move(other.lut_);
@@ -102,6 +104,7 @@ Dispatcher& Dispatcher::operator=(Dispatcher&& other) noexcept {
   machine_id_ = std::move(other.machine_id_);
   data_class_ = std::move(other.data_class_);
   memo_ = std::make_unique<Memo>();
+  recorder_ = std::move(other.recorder_);
   return *this;
 }
 
@@ -186,6 +189,10 @@ absl::StatusOr<DispatchResult> Dispatcher::Answer(const Op& op, const kreg_args&
   absl::StatusOr<LutAnswer> answer = lut_.Query(op.name(), key.dtype, key.dims, gpu.empty() ? machine_id_ : gpu,
                                                 data_class, ThreadsAvailable(options.num_threads));
   if (!answer.ok()) return answer.status();
+  if (recorder_ != nullptr && answer->match != Match::kExact) {
+    recorder_->Add({op.name(), key.dtype, key.dims, data_class,
+                    options.device != nullptr ? DeviceKind::kCuda : DeviceKind::kCpu});
+  }
   Remembered r{answer->kernel, answer->config, answer->match, answer->threads, answer->kernel->name(),
                answer->kernel->ConfigString(*answer->config)};
   DispatchResult result{r.kernel_name, r.config_text, r.match, std::move(data_class), r.kernel, r.config, r.threads};

@@ -12,18 +12,25 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <new>
 #include <random>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "kreg/dispatch.h"
+#include "kreg/limits.h"
+#include "kreg/log.h"
 #include "kreg/problem.h"
+#include "kreg/record.h"
 #include "kreg/topk.h"
 #include "lut_test_util.h"
 
@@ -328,6 +335,147 @@ TEST_F(Query, TypedTopKDispatchKeysRowEndsIntoTheSignature) {
   EXPECT_EQ(TopK(*dispatcher, input, 501).status().code(), absl::StatusCode::kInvalidArgument);
   for (int r = 0; r < 4; ++r) ends.data_as<int32_t>()[r] = 501;
   EXPECT_EQ(TopK(*dispatcher, input, 8, options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+
+// ---- KREG_RECORD: shapes the table does not answer exactly, written once -------
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The shape lines of a record file (its comments left out).
+std::vector<std::string> ShapeLines(const std::string& path) {
+  std::vector<std::string> lines;
+  for (absl::string_view line : absl::StrSplit(ReadText(path), '\n', absl::SkipEmpty())) {
+    if (line[0] != '#') lines.emplace_back(line);
+  }
+  return lines;
+}
+
+class Record : public Axpy {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/kreg_record_" + std::to_string(getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    unsetenv(kRecordEnv);
+    std::filesystem::remove_all(dir_);
+  }
+  // A Dispatcher over a table tuned for n=1000 only, recording into `path`.
+  Dispatcher Recording(const std::string& path) {
+    setenv(kRecordEnv, path.c_str(), 1);
+    TuningDb db;
+    db.AddTrial(AxpyKey(1000), Blocked(64, 100));
+    absl::StatusOr<Dispatcher> d = Dispatcher::Create(*registry_, db, kMachine);
+    unsetenv(kRecordEnv);  // read at Create
+    EXPECT_TRUE(d.ok()) << d.status();
+    return *std::move(d);
+  }
+  void RunAxpy(const Dispatcher& d, int64_t n) {
+    std::unique_ptr<Problem> p = Make(n, 0.5);
+    ASSERT_NE(p, nullptr);
+    absl::StatusOr<DispatchResult> ran = d.Run("axpy", *p->args());
+    ASSERT_TRUE(ran.ok()) << ran.status();
+    ExpectAxpy(*p, 0.5);
+  }
+  std::string dir_;
+};
+
+TEST_F(Record, DispatcherRecordsEachShapeNotAnsweredExactlyOnce) {
+  const std::string path = dir_ + "/shapes.txt";
+  Dispatcher d = Recording(path);
+  RunAxpy(d, 1000);  // exact: not recorded
+  EXPECT_FALSE(std::filesystem::exists(path));
+  RunAxpy(d, 1500);  // nearest
+  RunAxpy(d, 1500);
+  RunAxpy(d, 40);    // default
+  EXPECT_THAT(ReadText(path), ::testing::StartsWith("# kreg shape record 1: op dtype dims data_class device"));
+  EXPECT_THAT(ShapeLines(path), ElementsAre("axpy f32 n=1500 - cpu", "axpy f32 n=40 - cpu"));
+  // Another Dispatcher of this process (its own memo) writes nothing twice.
+  Dispatcher again = Recording(path);
+  RunAxpy(again, 1500);
+  RunAxpy(again, 1000);
+  EXPECT_THAT(ShapeLines(path), SizeIs(2));
+  // Each line reads back as the key it was written from.
+  absl::StatusOr<std::vector<RecordedShape>> read = ReadShapeRecord(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_THAT(*read, SizeIs(2));
+  EXPECT_EQ((*read)[0].op, "axpy");
+  EXPECT_EQ((*read)[0].dtype, "f32");
+  EXPECT_EQ(DimsString((*read)[0].dims), "n=1500");
+  EXPECT_EQ((*read)[0].data_class, "");
+  EXPECT_EQ((*read)[0].device, DeviceKind::kCpu);
+  EXPECT_EQ((*read)[0].line, 2);
+}
+
+TEST_F(Record, DispatcherKeepsTheLinesAlreadyInTheFile) {
+  // Lines of earlier runs, and one another process appends meanwhile.
+  const std::string path = dir_ + "/shapes.txt";
+  std::ofstream(path) << "# an earlier run\naxpy f32 n=1500 - cpu\n";
+  Dispatcher d = Recording(path);
+  RunAxpy(d, 1500);
+  RunAxpy(d, 2000);
+  std::ofstream(path, std::ios::app) << "axpy f32 n=3000 - cpu\n";
+  RunAxpy(d, 3000);
+  RunAxpy(d, 4000);
+  EXPECT_THAT(ShapeLines(path), ElementsAre("axpy f32 n=1500 - cpu", "axpy f32 n=2000 - cpu",
+                                            "axpy f32 n=3000 - cpu", "axpy f32 n=4000 - cpu"));
+  EXPECT_THAT(ReadText(path), ::testing::StartsWith("# an earlier run\n"));  // no second header
+}
+
+TEST_F(Record, AnUnwritableRecordWarnsOnceAndCallsGoOn) {
+  std::vector<std::string> warnings;
+  SetLogSink([&](LogLevel level, absl::string_view message) {
+    if (level == LogLevel::kWarn) warnings.emplace_back(message);
+  });
+  const std::string path = dir_ + "/no/such/folder/shapes.txt";
+  Dispatcher d = Recording(path);
+  RunAxpy(d, 1500);
+  RunAxpy(d, 2000);
+  RunAxpy(d, 40);
+  SetLogSink(nullptr);
+  EXPECT_THAT(warnings, ElementsAre(AllOf(HasSubstr("KREG_RECORD=" + path), HasSubstr("cannot open it"))));
+  // A folder is no record either.
+  warnings.clear();
+  SetLogSink([&](LogLevel, absl::string_view message) { warnings.emplace_back(message); });
+  Dispatcher folder = Recording(dir_);
+  RunAxpy(folder, 1500);
+  SetLogSink(nullptr);
+  EXPECT_THAT(warnings, SizeIs(1));
+}
+
+TEST(RecordLines, ParseStrictlyAndRoundTrip) {
+  absl::StatusOr<RecordedShape> shape = ParseRecordLine("gmm bf16 m=512,k=64,n=32,groups=8 skewed cuda");
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(shape->data_class, "skewed");
+  EXPECT_EQ(shape->device, DeviceKind::kCuda);
+  EXPECT_EQ(*RecordLine(*shape), "gmm bf16 m=512,k=64,n=32,groups=8 skewed cuda");
+  EXPECT_EQ(*RecordLine({"topk", "f32+row_ends", {{"n", 8}, {"largest", 0}}, "", DeviceKind::kCpu}),
+            "topk f32+row_ends n=8,largest=0 - cpu");
+  for (const char* bad : {"", "topk f32 n=8 - cpu extra", "topk f32 n=8 -", "topk  f32 n=8 - cpu",
+                          "topk f32 n=99999999999999999999 - cpu", "topk f32 n=8,n=9 - cpu", "topk f32 n=+8 - cpu",
+                          "topk f32 n=8 - gpu", "top\x01k f32 n=8 - cpu", "topk f32 n - cpu", "- f32 n=8 - cpu",
+                          "topk f32 n=8 a\"b cpu", "topk f32 n=8 - cpu\r"}) {
+    EXPECT_FALSE(ParseRecordLine(bad).ok()) << bad;
+  }
+  EXPECT_FALSE(RecordLine({"topk", "f32", {}, "a b", DeviceKind::kCpu}).ok());
+  EXPECT_FALSE(RecordLine({"topk", "f32", {}, "-", DeviceKind::kCpu}).ok());
+  EXPECT_FALSE(ParseRecordLine(std::string(limits::kMaxRecordLineBytes + 1, 'a')).ok());
+}
+
+TEST(RecordLines, ABadLineIsNamedByFileAndLine) {
+  const std::string path = ::testing::TempDir() + "/kreg_record_bad_" + std::to_string(getpid());
+  std::ofstream(path) << "# header\n\ntopk f32 batch=1,n=8,k=2 - cpu\ntopk f32 batch=1,n=8,k=x - cpu\n";
+  absl::StatusOr<std::vector<RecordedShape>> read = ReadShapeRecord(path);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(read.status().message(), HasSubstr(path + ":4: dims item 'k=x'"));
+  std::remove(path.c_str());
+  EXPECT_EQ(ReadShapeRecord(path).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -77,6 +77,14 @@ absl::Status CheckFinite(double value, absl::string_view what);
 inline constexpr int64_t kMaxCores = 65536;
 absl::Status CheckCores(int64_t cores, absl::string_view what = "cores");
 
+// A shape record (KREG_RECORD, kreg tune --from-record; kreg/record.h): at
+// most this many shapes, each line at most this many bytes. A program meets
+// far fewer untuned shapes, and each costs a sweep; a longer line is not
+// one the recorder writes.
+inline constexpr int64_t kMaxRecordShapes = 65536;
+inline constexpr int64_t kMaxRecordLineBytes = 4096;
+absl::Status CheckRecordShapes(int64_t shapes, absl::string_view what = "shapes");
+
 // An error or warning line (kreg/text.h's OneLine): a message quoting a
 // plugin's, a table's or a flag's text is cut past this many bytes.
 inline constexpr int64_t kMaxLineBytes = 2048;

@@ -26,6 +26,7 @@
 #include "kreg/lut.h"
 #include "kreg/op.h"
 #include "kreg/plugin_abi.h"
+#include "kreg/record.h"
 #include "kreg/registry.h"
 
 namespace kreg {
@@ -67,6 +68,9 @@ class Dispatcher {
   // threads asked; up to kMemoEntries shapes, then forgotten all at once):
   // a shape asked again costs the validation, its classifier and a hash
   // lookup, and the table, never changed once built, answers the same.
+  // With KREG_RECORD=FILE set when the Dispatcher was created, a shape the
+  // table does not answer exactly (nearest, similar machine, model,
+  // default) is appended to FILE once (kreg/record.h), when first asked.
   // With options.device (a GPU; args flagged
   // KREG_ARGS_ON_DEVICE, their tensors in its memory) the table is asked
   // for that GPU (GpuMachine of it) and answers with its CUDA kernels.
@@ -97,6 +101,7 @@ class Dispatcher {
   OpMap ops_;
   std::string machine_id_, data_class_;
   std::unique_ptr<Memo> memo_;  // never null; a moved Dispatcher starts a new one
+  std::shared_ptr<ShapeRecorder> recorder_;  // KREG_RECORD's; null when unset
 };
 
 }  // namespace kreg
