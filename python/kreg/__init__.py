@@ -94,16 +94,19 @@ class TuningDb:
         return self._db.to_csv()
 
     def query(self, op, dims, *, dtype="", with_="", data_class="", threads=0, machine="similar",
-              shipped=True, device="cpu", registry=None):
+              shipped=True, device="cpu", registry=None, record=False):
         """What the table answers for ``op`` with ``dims`` ({"batch": 8, ...}
         or "batch=8,..."), exactly as ``kreg query --json``: kernel, params,
         match (exact, nearest, similar, default), why, ... and
         ``explanation``, the text ``kreg query`` prints in brackets.
         ``shipped``: the tables shipped with kreg answer behind this one;
         ``machine="strict"``: only this machine's measurements;
-        ``device="cuda"``: the answer for this machine's GPU."""
+        ``device="cuda"``: the answer for this machine's GPU.
+        ``record=True``: a query made for a run (as kreg.jax's at trace
+        time) appends a shape not answered exactly to ``KREG_RECORD``'s
+        file, as a Dispatcher's call does."""
         return self._db.query(_registry(registry), op, dims, dtype=dtype, with_=with_, data_class=data_class,
-                              threads=threads, machine=machine, shipped=shipped, device=device)
+                              threads=threads, machine=machine, shipped=shipped, device=device, record=record)
 
 
 class Dispatcher:

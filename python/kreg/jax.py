@@ -80,7 +80,8 @@ def _dtype_name(dtype):
 
 @functools.lru_cache(maxsize=4096)
 def _answer(op, dims, dtype, with_, data_class):
-    answer = _table.query(op, dict(dims), dtype=dtype, with_=with_, data_class=data_class, registry=_registry(None))
+    answer = _table.query(op, dict(dims), dtype=dtype, with_=with_, data_class=data_class, registry=_registry(None),
+                          record=True)
     config = " ".join(f"{name}={','.join(map(str, v)) if isinstance(v, list) else v}"
                       for name, v in answer["params"].items())
     return answer["kernel"], config, int(answer["threads"])

@@ -29,6 +29,7 @@
 #include "kreg/dispatch.h"
 #include "kreg/log.h"
 #include "kreg/lut.h"
+#include "kreg/record.h"
 #include "kreg/registry.h"
 #include "kreg/text.h"
 #include "records.h"
@@ -108,7 +109,7 @@ PyTuningDb LoadDb(const std::string& path) {
 // `kreg query --json`'s record, with "explanation": the text in its brackets.
 py::dict Query(const Registry& registry, const Lut& lut, const std::string& op_name, const py::object& dims,
                const std::string& dtype, const std::string& with, const std::string& data_class, int threads,
-               DeviceKind device) {
+               DeviceKind device, bool record_shape) {
   absl::StatusOr<std::shared_ptr<const Op>> op = registry.GetOp(op_name);
   if (!op.ok()) throw py::value_error(std::string(op.status().message()));
   const Values values = Value((*op)->ParseValues(NamedFromPython(dims)));
@@ -122,6 +123,12 @@ py::dict Query(const Registry& registry, const Lut& lut, const std::string& op_n
   absl::StatusOr<QueryRecord> record = AskTable(lut, **op, *shape.args(), asked, device, threads, &warnings);
   for (const std::string& w : warnings) Log(LogLevel::kWarn, w);
   const QueryRecord answered = Value(std::move(record));
+  // A query made for a run (kreg.jax's, at trace time) records as a
+  // Dispatcher's call would (KREG_RECORD).
+  if (std::shared_ptr<ShapeRecorder> recorder = ShapeRecorder::FromEnvironment();
+      record_shape && recorder != nullptr && answered.answer.match != Match::kExact) {
+    recorder->Add({answered.key.op(), answered.key.dtype(), KeyDims(answered.key), answered.key.data_class(), device});
+  }
   py::dict out = AnswerDict(answered);
   out["explanation"] = AnswerHow(answered.answer, /*detailed=*/true);
   return out;
@@ -251,14 +258,14 @@ void BindTuningDb(py::module_& m) {
           "query",
           [](PyTuningDb& d, const PyRegistry& r, const std::string& op, const py::object& dims,
              const std::string& dtype, const std::string& with, const std::string& data_class, const py::object& threads,
-             const std::string& machine, bool shipped, const std::string& device) {
+             const std::string& machine, bool shipped, const std::string& device, bool record) {
             AnswerPolicy policy = Policy(machine, shipped, DeviceOf(device));
             return Query(*r.registry, d.AnsweringLut(r.registry, policy), op, dims, dtype, with, data_class,
-                         Threads(threads), policy.device);
+                         Threads(threads), policy.device, record);
           },
           py::arg("registry"), py::arg("op"), py::arg("dims"), py::kw_only(), py::arg("dtype") = "",
           py::arg("with_") = "", py::arg("data_class") = "", py::arg("threads") = 0, py::arg("machine") = "similar",
-          py::arg("shipped") = true, py::arg("device") = "cpu");
+          py::arg("shipped") = true, py::arg("device") = "cpu", py::arg("record") = false);
 }
 
 // kreg_bridge_run (bridge.h) over a Dispatcher.
