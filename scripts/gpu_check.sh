@@ -184,7 +184,7 @@ step_sweeps() {
   needs_gpu
   local table=$out/gpu_sweeps.txtpb failed=0
   rm -f "$table"
-  k() { echo "-- kreg $*"; "$kreg" "$@" || { echo "FAILED ($?): kreg $*"; failed=1; }; }
+  k() { echo "-- kreg $*" >&2; "$kreg" "$@" || { echo "FAILED ($?): kreg $*"; failed=1; }; }
   k tune topk --device cuda --dims batch=16,n=50000,k=64 --dims batch=4,n=4096,k=512 --budget 6 --db "$table"
   k tune gmm --device cuda --dims m=2048,k=512,n=512,groups=8 --dtype bf16 --budget 6 --db "$table"
   k tune tgmm --device cuda --dims k=512,m=2048,n=512,groups=8 --dtype bf16 --budget 6 --db "$table"
