@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """kreg's CUDA kernels against PyTorch on the GPU, in one run.
 
-    python3 bench/gpu_peers.py --kreg build/gpu-bundle/bin/kreg [--reps 20] [--db gpu.txtpb]
+    python3 bench/gpu_peers.py --kreg build/gpu-bundle/bin/kreg [--reps 20] [--db gpu.txtpb] [--budget 10]
 
 For each workload of the GPU issue it times, on GPU 0, as medians of --reps
 runs, each with the L2 flushed first (a write of twice its size) and timed
@@ -10,13 +10,18 @@ with CUDA events, as `kreg run --device cuda` times:
          of lhs, rhs and out at the read's rate, or the tensor-core time);
   torch  torch.topk, or torch._grouped_mm (bf16, offsets on the GPU);
   kreg   `kreg tune OP --device cuda` of the workload into --db (every CUDA
-         variant and configuration, checked against the CPU reference),
+         variant and configuration, checked against the CPU reference;
+         with --budget, the tuner's search within that many seconds),
          then `kreg run OP --db DB --device cuda --reps N --json`: the
-         table's choice, timed the same way.
+         table's choice, timed the same way (not checked again: the sweep
+         checked it, and gmm's reference, double sums on the CPU, costs
+         seconds a call at these sizes).
 The skewed gmm's group sizes are fixed (a Zipf-like split of the rows,
 written to an .npy both sides read), so kreg and PyTorch multiply the same
-groups. Prints a Markdown table (the figures for bench/RESULTS.md) and
-exits non-zero if a kreg run fails. Needs PyTorch with CUDA.
+groups. Prints a Markdown table (the figures for bench/RESULTS.md), one
+row per workload as it is measured; a workload whose kreg or torch side
+fails gets a row saying so and the others still run; exits non-zero if
+any failed. Needs PyTorch with CUDA.
 """
 import argparse
 import json
@@ -100,10 +105,14 @@ def torch_side(op, dims, dtype, sizes, reps):
     return floor, timed(call, reps), "torch._grouped_mm"
 
 
+class KregFailed(Exception):
+    pass
+
+
 def kreg(args, *words):
     r = subprocess.run([args.kreg, *words], capture_output=True, text=True)
     if r.returncode != 0:
-        sys.exit(f"gpu_peers: kreg {' '.join(words)}: {r.stderr.strip()}")
+        raise KregFailed(f"kreg {' '.join(words)}: {r.stderr.strip()}")
     return r.stdout
 
 
@@ -113,6 +122,7 @@ def main():
     p.add_argument("--kreg", default=str(pathlib.Path(__file__).resolve().parent.parent / "build/release/bin/kreg"))
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--db", help="the table the sweeps go into (default: a temporary one)")
+    p.add_argument("--budget", type=float, default=0, help="seconds per workload's sweep (default 0: no limit)")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_peers: PyTorch sees no CUDA GPU")
@@ -123,6 +133,7 @@ def main():
     print("| workload | read floor | torch | kreg (the table's choice after kreg tune --device cuda) | "
           "kreg x floor | torch / kreg |")
     print("|---|---:|---:|---|---:|---:|")
+    failed = 0
     for name, op, dims_text, dtype, split in WORKLOADS:
         dims = dims_of(dims_text)
         extra, sizes = [], None
@@ -131,14 +142,21 @@ def main():
             npy = tmp / f"sizes_{split}.npy"
             write_i32_npy(npy, sizes)
             extra = ["--input", f"group_sizes={npy}"]
-        floor, peer, peer_name = torch_side(op, dims, dtype, sizes, args.reps)
-        kreg(args, "tune", op, "--device", "cuda", "--dims", dims_text, "--dtype", dtype, "--db", db, *extra)
-        ran = json.loads(kreg(args, "run", op, "--db", db, "--no-shipped", "--device", "cuda", "--dims", dims_text,
-                              "--dtype", dtype, "--reps", str(args.reps), "--check", "--json", *extra))
+        try:
+            floor, peer, peer_name = torch_side(op, dims, dtype, sizes, args.reps)
+            kreg(args, "tune", op, "--device", "cuda", "--dims", dims_text, "--dtype", dtype, "--db", db,
+                 "--budget", str(args.budget), *extra)
+            ran = json.loads(kreg(args, "run", op, "--db", db, "--no-shipped", "--device", "cuda", "--dims",
+                                  dims_text, "--dtype", dtype, "--reps", str(args.reps), "--json", *extra))
+        except (KregFailed, RuntimeError) as e:
+            failed += 1
+            print(f"| {name} | FAILED: {' '.join(str(e).split())[:400]} | | | | |", flush=True)
+            continue
         ours = ran["median_ns"] / 1e3
         params = " ".join(f"{k}={v}" for k, v in (ran.get("params") or {}).items())
         print(f"| {name} | {floor:.1f} us | {peer_name} {peer:.1f} us | {ran['kernel']} {params} {ours:.1f} us | "
               f"{ours / floor:.2f} | {peer / ours:.2f} |", flush=True)
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,10 @@
 // A contestant that fails is skipped with the first bad element: no speed is
 // reported for a wrong answer.
 //
+// Plugins: the build's (its plugin folder), then KREG_PLUGIN_PATH's; a
+// copy carried to another machine, where the build's folder is not
+// (scripts/gpu_bundle.sh), names its own in KREG_PLUGIN_PATH.
+//
 // Threads. kreg's kernels run on oneTBB's default arena (all cores, or
 // --threads=N through tbb::global_control). Debian's oneDNN 2.6 runs on
 // OpenMP: main sets omp_set_num_threads to the same count, which both the
@@ -84,6 +88,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
@@ -827,10 +832,12 @@ int main(int argc, char** argv) {
   }
   omp_set_num_threads(settings.threads);
 
-  // The build's plugins first, then KREG_PLUGIN_PATH; never an installed
+  // The build's plugins first (where the build is: not on a machine a
+  // bundle was carried to), then KREG_PLUGIN_PATH; never an installed
   // kreg's, which could be older than this tree.
   kreg::LoadOptions load;
-  load.plugin_paths = {KREG_PLUGIN_DIR};
+  std::error_code no_build;
+  if (std::filesystem::is_directory(KREG_PLUGIN_DIR, no_build)) load.plugin_paths = {KREG_PLUGIN_DIR};
   load.use_default_dirs = false;
   absl::StatusOr<std::unique_ptr<kreg::Registry>> registry = kreg::Registry::Load(load);
   if (!registry.ok()) {
