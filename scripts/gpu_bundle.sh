@@ -20,11 +20,14 @@ for p in "$build"/lib/kreg/plugins/*.so; do
   case "$(basename "$p")" in *onednn*) ;; *) cp "$p" "$out/lib/kreg/plugins/" ;; esac
 done
 cp "$build"/lib/kreg/backends/kreg_cuda_backend.so "$out/lib/kreg/backends/" 2>/dev/null || true
+# The Python package (scripts/gpu_arrays.py), where it was built.
+[ -d "$build/python/kreg" ] && cp -r "$build/python" "$out/"
 # Every library they link but the C runtime's own, which the other machine has.
 for f in "$out"/bin/* "$out"/libexec/kreg/* "$out"/lib/kreg/plugins/*.so "$out"/lib/kreg/backends/*.so \
-         "$out"/test_plugins/*/*.so; do
+         "$out"/test_plugins/*/*.so $(ls "$out"/python/kreg/*.so 2>/dev/null); do
   ldd "$f" | awk '/=> \//{print $3}'
 done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so' | grep -v libkreg_registry |
+  grep -v /site-packages/ |
   while read -r lib; do cp -L "$lib" "$out/deps/"; done
 # compute-sanitizer for CUDA 13, which this toolkit lacks; unpacked on the
 # other machine.

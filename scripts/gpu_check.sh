@@ -14,7 +14,11 @@
 #  4. sweeps on the GPU (kreg tune --device cuda) into one table beside a
 #     CPU entry, and what the table answers for the GPU;
 #  5. where PyTorch is installed, bench/gpu_peers.py: kreg's tuned choice
-#     against torch.topk and torch._grouped_mm on the workloads.
+#     against torch.topk and torch._grouped_mm on the workloads;
+#  6. where PyTorch is installed and the build has the Python package,
+#     scripts/gpu_arrays.py: CUDA tensors taken in place by kreg.run,
+#     Dispatcher.run and torch.ops.kreg on the caller's stream (under its
+#     own timeout; a failure is reported and the script goes on to exit 1).
 # Run from the repository root, on a build tree or on the bundle
 # scripts/gpu_bundle.sh makes (carried to the lent device):
 #   scripts/gpu_check.sh                      # build/gpu-bundle, else build/release
@@ -86,3 +90,14 @@ if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
 else
   echo "PyTorch with CUDA not found: skipped"
 fi
+
+step "6. CUDA tensors in place, on the caller's stream"
+failed=0
+if [ ! -d "$prefix/python/kreg" ]; then
+  echo "no Python package in $prefix: skipped"
+elif python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  PYTHONPATH="$PWD/$prefix/python" timeout 300 python3 scripts/gpu_arrays.py || { echo "step 6 failed"; failed=1; }
+else
+  echo "PyTorch with CUDA not found: skipped"
+fi
+exit $failed
