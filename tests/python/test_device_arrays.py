@@ -81,7 +81,7 @@ def topk_reference(x, k):
     return np.take_along_axis(x, idx, 1), idx
 
 
-def setup(plugin):
+def stand_in(plugin):
     import kreg
     reg = kreg.Registry(plugin_path=plugin)
     backend = ctypes.CDLL(os.environ["KREG_CUDA_BACKEND"])  # the one kreg loaded
@@ -109,7 +109,7 @@ def topk_call(k=20):
 # ---- checks, each run in a process of its own -------------------------------------
 
 def check_registry_run_in_place(plugin):
-    kreg, reg, last_stream = setup(plugin)
+    kreg, reg, last_stream = stand_in(plugin)
     x, arrays, out = topk_call()
     got = kreg.run("topk/host_device", registry=reg, out=out, k=20, **arrays)
     values, indices = topk_reference(x, 20)
@@ -133,7 +133,7 @@ def check_registry_run_in_place(plugin):
 
 
 def check_gmm_in_place(plugin):
-    kreg, reg, last_stream = setup(plugin)
+    kreg, reg, last_stream = stand_in(plugin)
     rng = np.random.default_rng(5)
     lhs = rng.standard_normal((8, 4)).astype(np.float32)
     rhs = rng.standard_normal((2, 4, 3)).astype(np.float32)
@@ -147,7 +147,7 @@ def check_gmm_in_place(plugin):
 
 
 def check_dispatcher_in_place(plugin):
-    kreg, reg, last_stream = setup(plugin)
+    kreg, reg, last_stream = stand_in(plugin)
     d = tuned_dispatcher(kreg, reg)
     x, arrays, out = topk_call()
     d.run("topk", out=out, k=20, stream=0xabc, **arrays)
@@ -162,7 +162,7 @@ def check_dispatcher_in_place(plugin):
 def check_bridge_on_stream(plugin):
     """kreg_bridge_run_on_stream, as a framework shim calls it (ctypes
     standing in for the shim): topk's layout, kreg/topk/layout.h."""
-    kreg, reg, last_stream = setup(plugin)
+    kreg, reg, last_stream = stand_in(plugin)
     d = tuned_dispatcher(kreg, reg)
     _, dispatcher, run_on_stream = d._dispatcher._bridge()
     x, arrays, out = topk_call()
@@ -190,7 +190,7 @@ def check_bridge_on_stream(plugin):
 
 
 def check_errors(plugin):
-    kreg, reg, _ = setup(plugin)
+    kreg, reg, _ = stand_in(plugin)
 
     def refused(match, **kw):
         with pytest.raises(ValueError, match=match):
