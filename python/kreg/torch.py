@@ -67,8 +67,8 @@ def dispatcher():
     return _dispatcher
 
 
-# The C++ shim (python/src/torch/ops.cc) defines the ops and their CPU
-# kernels, which run through the bridge into the Dispatcher.
+# The C++ shim (python/src/torch/ops.cc) defines the ops and their CPU and
+# CUDA kernels, which run through the bridge into the Dispatcher.
 _SHIM = os.path.join(os.path.dirname(__file__), "_kreg_torch.so")
 if not os.path.exists(_SHIM):
     raise ImportError(f"kreg.torch: {_SHIM} is missing: this kreg was built without PyTorch (configure with "

@@ -4,8 +4,8 @@
 // bridge (python/src/bridge.h), so a call costs PyTorch's dispatch, the
 // Dispatcher's remembered answer and the kernel. CUDA tensors run on
 // PyTorch's current stream of their device, not waited for, as PyTorch's
-// own CUDA ops; this needs nothing of CUDA's to build (c10's generic
-// streams), so the CPU-only libtorch builds it too. The schemas are defined here; their fake implementations and
+// own CUDA ops; this needs no CUDA header or library (c10's device-generic
+// streams), so no build option guards it. The schemas are defined here; their fake implementations and
 // autograd formulas are registered by kreg/torch.py, which loads this
 // library and hands it the Dispatcher (kreg_torch_use).
 //
