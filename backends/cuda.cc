@@ -6,6 +6,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
 
 #include "kreg/cuda_backend.h"
@@ -25,6 +27,8 @@ struct Device {
   void* flush = nullptr;  // twice the L2
   size_t flush_bytes = 0;
   kreg_gpu_info info{};
+  bool borrowed = false;  // open_on_stream: the stream is the caller's
+  int previous = -1;      // the device current before open_on_stream
 };
 
 int Count(int* n, char* msg, size_t cap) {
@@ -78,6 +82,11 @@ void Free(void* ctx, void* p) {
 void Close(void* ctx) {
   auto* d = static_cast<Device*>(ctx);
   if (d == nullptr) return;
+  if (d->borrowed) {
+    if (d->previous >= 0 && d->previous != d->ordinal) cudaSetDevice(d->previous);
+    delete d;
+    return;
+  }
   cudaSetDevice(d->ordinal);
   if (d->stream != nullptr) cudaStreamSynchronize(d->stream);
   if (d->flush != nullptr) cudaFree(d->flush);
@@ -85,6 +94,23 @@ void Close(void* ctx) {
   if (d->stop != nullptr) cudaEventDestroy(d->stop);
   if (d->stream != nullptr) cudaStreamDestroy(d->stream);
   delete d;
+}
+
+// *device over d (opened, or over a caller's stream).
+void Fill(Device* d, kreg_device* device) {
+  *device = kreg_device{};
+  device->struct_size = sizeof(kreg_device);
+  device->ctx = d;
+  device->kind = KREG_DEVICE_CUDA;
+  device->ordinal = d->ordinal;
+  device->stream = d->stream;
+  device->sm = d->info.sm;
+  device->num_sms = d->info.num_sms;
+  device->memory_bytes = d->info.memory_bytes;
+  device->name = d->info.name;
+  device->driver_version = d->info.driver_version;
+  device->alloc = Alloc;
+  device->free = Free;
 }
 
 int Open(int ordinal, kreg_device* device, char* msg, size_t cap) {
@@ -112,19 +138,40 @@ int Open(int ordinal, kreg_device* device, char* msg, size_t cap) {
     Close(d);
     return 1;
   }
-  *device = kreg_device{};
-  device->struct_size = sizeof(kreg_device);
-  device->ctx = d;
-  device->kind = KREG_DEVICE_CUDA;
-  device->ordinal = ordinal;
-  device->stream = d->stream;
-  device->sm = d->info.sm;
-  device->num_sms = d->info.num_sms;
-  device->memory_bytes = d->info.memory_bytes;
-  device->name = d->info.name;
-  device->driver_version = d->info.driver_version;
-  device->alloc = Alloc;
-  device->free = Free;
+  Fill(d, device);
+  return 0;
+}
+
+// A device's description, read once per ordinal (cudaGetDeviceProperties
+// is too slow for every call of open_on_stream).
+const kreg_gpu_info* Described(int ordinal, char* msg, size_t cap) {
+  static std::mutex mu;
+  static std::map<int, kreg_gpu_info>* const described = new std::map<int, kreg_gpu_info>;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = described->find(ordinal); it != described->end()) return &it->second;
+  kreg_gpu_info info;
+  if (Describe(ordinal, &info, msg, cap) != 0) return nullptr;
+  return &described->emplace(ordinal, info).first->second;
+}
+
+int OpenOnStream(int ordinal, void* stream, kreg_device* device, char* msg, size_t cap) {
+  const kreg_gpu_info* info = Described(ordinal, msg, cap);
+  if (info == nullptr) return 1;
+  auto* d = new (std::nothrow) Device;
+  if (d == nullptr) {
+    std::snprintf(msg, cap, "out of host memory");
+    return 1;
+  }
+  d->ordinal = ordinal;
+  d->stream = static_cast<cudaStream_t>(stream);
+  d->info = *info;
+  d->borrowed = true;
+  if (cudaGetDevice(&d->previous) != cudaSuccess) d->previous = -1;
+  if (cudaError_t e = cudaSetDevice(ordinal); e != cudaSuccess) {
+    delete d;
+    return Fail(msg, cap, "cudaSetDevice", e);
+  }
+  Fill(d, device);
   return 0;
 }
 
@@ -151,6 +198,10 @@ int FlushL2(void* ctx, char* msg, size_t cap) {
 
 int TimeBegin(void* ctx, char* msg, size_t cap) {
   auto* d = static_cast<Device*>(ctx);
+  if (d->start == nullptr) {
+    std::snprintf(msg, cap, "timing needs a device kreg opened with a stream of its own, not a caller's");
+    return 1;
+  }
   const cudaError_t e = cudaEventRecord(d->start, d->stream);
   return e == cudaSuccess ? 0 : Fail(msg, cap, "cudaEventRecord", e);
 }
@@ -177,6 +228,7 @@ const kreg_cuda_backend kBackend = {
     .flush_l2 = FlushL2,
     .time_begin = TimeBegin,
     .time_end = TimeEnd,
+    .open_on_stream = OpenOnStream,
 };
 
 }  // namespace

@@ -54,21 +54,41 @@ absl::Status CanRun(const Kernel& kernel) {
                                                     ", which this CPU lacks"));
 }
 
-absl::StatusOr<std::unique_ptr<Device>> OpenCuda(int ordinal) {
+namespace {
+
+// GPU `ordinal`'s description, or why there is none.
+absl::StatusOr<GpuInfo> GpuAt(int ordinal) {
   absl::StatusOr<std::vector<GpuInfo>> gpus = CudaDevices();
   if (!gpus.ok()) return gpus.status();
   if (ordinal < 0 || ordinal >= static_cast<int>(gpus->size())) {
     return absl::InvalidArgumentError(absl::StrCat("no CUDA device ", ordinal, " (this machine has ", gpus->size(), ")"));
   }
+  return (*gpus)[ordinal];
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Device>> Device::Open(int ordinal, void* const* caller_stream) {
+  absl::StatusOr<GpuInfo> gpu = GpuAt(ordinal);
+  if (!gpu.ok()) return gpu.status();
   std::unique_ptr<Device> d(new Device);
   d->backend_ = &TheBackend();
-  d->info_ = (*gpus)[ordinal];
+  d->info_ = *std::move(gpu);
+  const kreg_cuda_backend& table = *d->backend_->table;
   char msg[512] = "";
-  if (absl::Status s = Check(d->backend_->table->open(ordinal, &d->abi_, msg, sizeof msg), msg); !s.ok()) {
+  const int rc = caller_stream != nullptr ? table.open_on_stream(ordinal, *caller_stream, &d->abi_, msg, sizeof msg)
+                                          : table.open(ordinal, &d->abi_, msg, sizeof msg);
+  if (absl::Status s = Check(rc, msg); !s.ok()) {
     d->backend_ = nullptr;  // nothing to close
     return s;
   }
   return d;
+}
+
+absl::StatusOr<std::unique_ptr<Device>> OpenCuda(int ordinal) { return Device::Open(ordinal, nullptr); }
+
+absl::StatusOr<std::unique_ptr<Device>> OpenCudaOnStream(int ordinal, void* stream) {
+  return Device::Open(ordinal, &stream);
 }
 
 Device::~Device() {

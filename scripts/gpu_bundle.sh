@@ -31,6 +31,8 @@ cp -P "$build"/lib/libkreg_registry.so* "$out/lib/"
 cp -r "$build/libexec" "$build/share" "$out/"
 cp "$build"/lib/kreg/plugins/*.so "$out/lib/kreg/plugins/"
 cp "$build"/lib/kreg/backends/kreg_cuda_backend.so "$out/lib/kreg/backends/" 2>/dev/null || true
+# The Python package (step cuda-arrays), less the build's own torch libraries.
+[ -d "$build/python/kreg" ] && cp -r "$build/python" "$out/"
 [ -e "$out/lib/kreg/backends/kreg_cuda_backend.so" ] ||
   echo "gpu_bundle: warning: $build has no kreg_cuda_backend.so (built without the CUDA toolkit): no GPU checks there"
 ours=$(find "$out" -type f \( -name '*.so*' -o -perm -u+x \) ! -path "$out/share/*")
@@ -38,7 +40,7 @@ ours=$(find "$out" -type f \( -name '*.so*' -o -perm -u+x \) ! -path "$out/share
 for f in $ours; do
   ldd "$f" 2>/dev/null | awk '/=> \//{print $3}'
 done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so' | grep -v libkreg_registry |
-  while read -r lib; do cp -L "$lib" "$out/deps/"; done
+  grep -v /site-packages/ | while read -r lib; do cp -L "$lib" "$out/deps/"; done
 for f in $ours; do
   file -b "$f" | grep -q '^ELF' && strip --strip-unneeded "$f"
 done

@@ -24,10 +24,14 @@
 #                            oneDNN per group and dense
 #   xeon-torch          40 s bench/cpu_grouped_peers.py: kreg against
 #                            torch._grouped_mm on the CPU, 16 threads
+#   cuda-arrays         30 s scripts/gpu_arrays.py: CUDA tensors taken in place
+#                            by kreg.run, Dispatcher.run and torch.ops.kreg on
+#                            the caller's stream (where the bundle's Python
+#                            package imports there)
 #   sweeps              40 s kreg tune --device cuda into one table beside a
 #                            CPU entry, and what the table answers
-# The limits add up to 540 s; the run also stops starting steps once
-# GPU_CHECK_BUDGET seconds (default 540) have gone, so that the call fits
+# The limits add up to 570 s; the run also stops starting steps once
+# GPU_CHECK_BUDGET seconds (default 570) have gone, so that the call fits
 # in the device tool's 10 minutes. A step that fails or runs out of time is
 # recorded and the next one runs; steps that need a GPU skip at once
 # without one. The sweeps are last: the cheapest to lose.
@@ -196,13 +200,23 @@ step_sweeps() {
   k query gmm --device cuda --dims m=2048,k=512,n=512,groups=8 --dtype bf16 --db "$table" --no-shipped
   exit $failed
 }
+step_cuda_arrays() {
+  needs_gpu
+  # The bundle's Python package is built for the build machine's Python and
+  # torch; elsewhere it says so and skips.
+  if ! PYTHONPATH="$prefix/python" "$PYTHON" -c "import kreg.torch, torch; assert torch.cuda.is_available()"; then
+    echo "kreg.torch does not import in $PYTHON with a CUDA torch (the package is built for another Python or torch): skipped"
+    exit 77
+  fi
+  PYTHONPATH="$prefix/python" "$PYTHON" -u scripts/gpu_arrays.py
+}
 export -f step_gpu step_cuda_conformance step_sanitizer step_gpu_peers step_xeon_conformance \
-  step_xeon_gmm_bench step_xeon_torch step_sweeps
+  step_xeon_gmm_bench step_xeon_torch step_cuda_arrays step_sweeps
 
 # ---- Running them ----------------------------------------------------------------
 steps=(gpu:30 cuda-conformance:130 sanitizer:75 gpu-peers:100 xeon-conformance:70 xeon-gmm-bench:55
-       xeon-torch:40 sweeps:40)
-budget=${GPU_CHECK_BUDGET:-540}
+       xeon-torch:40 cuda-arrays:30 sweeps:40)
+budget=${GPU_CHECK_BUDGET:-570}
 names=() statuses=() seconds=()
 failures=0
 echo "gpu_check: prefix $prefix, output $out, $cores cores (Xeon steps: $CPU_THREADS threads), GPU: $HAVE_GPU," \

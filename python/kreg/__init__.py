@@ -9,9 +9,13 @@
     kreg.Dispatcher(db).run("topk", input=x, k=64)      # the table's choice
     kreg.tune("topk", {"batch": 8, "n": 4096, "k": 64}, "topk.lut", budget=30)
 
-Arrays are NumPy arrays, PyTorch CPU tensors, JAX CPU arrays: anything with
+Arrays are NumPy arrays, PyTorch tensors, JAX or CuPy arrays: anything with
 the buffer protocol or ``__dlpack__``; they are used where they are, never
-copied. An op's tensors, dims and attributes are keyword arguments named as
+copied. CUDA arrays (a ``__dlpack__`` on a CUDA device) run kreg's CUDA
+kernels on their device, in place, on ``stream=`` (a CUDA stream's handle,
+``torch.cuda.current_stream().cuda_stream``; default 0, the legacy default
+stream), not waited for: work the caller enqueues on that stream after the
+call sees its results. Their outputs are the caller's (``out=``). An op's tensors, dims and attributes are keyword arguments named as
 the op declares them (``kreg list`` or ``Registry().ops()``); dims an array
 gives may be left out. Outputs come back as a dict of NumPy arrays, or are
 written into yours with ``out={"values": array, ...}``. bfloat16 travels as
@@ -40,7 +44,7 @@ class Registry(_kreg.Registry):
     ``kernels(op="")``, ``kernel(name)``, ``kernel_info(name)`` (as in ``kreg
     list --json``), ``ops()``, ``files``, ``refusals`` (plugins refused, and
     why), and ``run(kernel, *, params={}, out=None, dtype="", threads=0,
-    device="cpu", **args)``."""
+    device=None, stream=None, **args)``."""
 
 
 _default_registry = None
@@ -55,15 +59,19 @@ def _registry(registry):
     return _default_registry
 
 
-def run(kernel, *, registry=None, params=None, out=None, dtype="", threads=0, device="cpu", **args):
+def run(kernel, *, registry=None, params=None, out=None, dtype="", threads=0, device=None, stream=None, **args):
     """Runs ``kernel`` ("op/variant") once on ``args``; returns {output: array}.
 
     ``params``: the kernel's parameters ({"simd": "avx2"}), its defaults
     otherwise; ``dtype``: for tensors no array decides (``kreg run --dtype``);
-    ``threads``: 0 for all cores; ``device="cuda"``: a CUDA kernel on GPU 0,
-    the (host) arrays copied there and its outputs back."""
+    ``threads``: 0 for all cores; ``device``: where the arrays are by
+    default; ``"cuda"`` with host arrays runs a CUDA kernel on GPU 0, the
+    arrays copied there and its outputs back. On CUDA arrays (all on one
+    device, every output given in ``out``) the kernel runs there in place,
+    enqueued on ``stream`` (a handle; default 0, the legacy default stream)
+    and not waited for."""
     return _registry(registry).run(kernel, params=params or {}, out=out, dtype=dtype, threads=threads,
-                                   device=device, **args)
+                                   device=device or "", stream=stream, **args)
 
 
 class TuningDb:
@@ -115,7 +123,8 @@ class Dispatcher:
     ``db``: a TuningDb, a path, or None (the shipped tables alone).
     ``last``: what the last run ran (kernel, params, match). ``run(...,
     device="cuda")`` asks the table for the GPU and runs its choice there,
-    the (host) arrays copied over and the outputs back."""
+    the (host) arrays copied over and the outputs back; on CUDA arrays it
+    does so in place on ``stream``, as ``kreg.run``."""
 
     def __init__(self, db=None, *, registry=None, machine="similar", shipped=True):
         if db is not None and not isinstance(db, TuningDb):
@@ -123,10 +132,11 @@ class Dispatcher:
         self._registry = _registry(registry)
         self._dispatcher = _kreg.Dispatcher(self._registry, None if db is None else db._db, machine, shipped)
 
-    def run(self, op, *, out=None, dtype="", threads=0, device="cpu", **args):
+    def run(self, op, *, out=None, dtype="", threads=0, device=None, stream=None, **args):
         """Runs op ``op`` on ``args`` with the table's choice; returns
         {output: array}."""
-        return self._dispatcher.run(op, out=out, dtype=dtype, threads=threads, device=device, **args)
+        return self._dispatcher.run(op, out=out, dtype=dtype, threads=threads, device=device or "", stream=stream,
+                                    **args)
 
     @property
     def last(self):

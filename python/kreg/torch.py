@@ -15,15 +15,18 @@ for its shape on this machine, remembered per shape. ``use(dispatcher)``
 sets that Dispatcher (default: ``kreg.Dispatcher()``, the shipped tables
 with those on ``KREG_TABLE_PATH``).
 
-The ops' CPU kernels are C++ (python/src/torch/ops.cc): tensors are read
-and written where they lie, and a call costs PyTorch's dispatch, the
-Dispatcher's remembered answer and the kernel. Semantics are kreg's ops'
+The ops' CPU and CUDA kernels are C++ (python/src/torch/ops.cc): tensors
+are read and written where they lie, and a call costs PyTorch's dispatch,
+the Dispatcher's remembered answer and the kernel. CUDA tensors run kreg's
+CUDA kernels (the table's answer for that GPU) on PyTorch's current
+stream, not waited for, as PyTorch's own ops; there, group sizes and row
+ranges are not validated (the kernels clamp them). Semantics are kreg's ops'
 (``kreg list``): top-k returns int32 indices
 (``torch.topk``: int64), orders NaN above +inf and ties by ascending index,
 pads a row range shorter than k with index -1; gmm/tgmm take int32
-``group_sizes`` on the CPU, float32 or ``torch.bfloat16`` inputs of one
-dtype, ``out_dtype`` for the output (default: the inputs'). Inputs must be
-CPU tensors (CUDA tensors are not taken yet), contiguous in their last
+``group_sizes``, float32 or ``torch.bfloat16`` inputs of one
+dtype, ``out_dtype`` for the output (default: the inputs'). A call's tensors
+must all be on one device (the CPU or one GPU), contiguous in their last
 dimension (others are copied once).
 Bad arguments raise kreg's one-line message as ValueError.
 """
@@ -64,15 +67,16 @@ def dispatcher():
     return _dispatcher
 
 
-# The C++ shim (python/src/torch) defines the ops, their CPU kernels, which
-# run through the bridge into the Dispatcher, and their autograd kernels.
+# The C++ shim (python/src/torch) defines the ops, their CPU and CUDA
+# kernels, which run through the bridge into the Dispatcher, and their
+# autograd kernels.
 _SHIM = os.path.join(os.path.dirname(__file__), "_kreg_torch.so")
 if not os.path.exists(_SHIM):
     raise ImportError(f"kreg.torch: {_SHIM} is missing: this kreg was built without PyTorch (configure with "
                       "KREG_FRAMEWORK_PYTHON set to a Python that has torch; scripts/venv.sh makes one)")
 torch.ops.load_library(_SHIM)
 _shim = ctypes.CDLL(_SHIM)
-_shim.kreg_torch_use.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+_shim.kreg_torch_use.argtypes = [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t]
 _shim.kreg_torch_use.restype = None
 
 

@@ -1,6 +1,7 @@
-// The C entry a framework shim (python/src/torch) calls to run an op through
+// The C entries a framework shim (python/src/torch) calls to run an op through
 // a kreg.Dispatcher: the shim builds kreg_args over the framework's tensors
-// and calls this, with no Python and no copy between. _kreg hands out its
+// (host ones, or CUDA ones on the framework's stream) and calls these, with
+// no Python and no copy between. _kreg hands out its
 // address and a Dispatcher's (Dispatcher._bridge()); a shim built against
 // another library (libtorch) needs nothing of kreg's C++ but this and the
 // plugin ABI.
@@ -30,6 +31,17 @@ enum {
 // bytes). Thread-safe; takes no GIL.
 typedef int (*kreg_bridge_run_fn)(const void* dispatcher, const char* op, const kreg_args* args, int32_t threads,
                                   char* error, size_t error_cap);
+
+// Runs op `op` on `args` whose tensors are in the memory of CUDA device
+// `device_ordinal` (DLTensor.device kDLCUDA) on the caller's `stream` (a
+// cudaStream_t of that device; 0 the legacy default stream): the Dispatcher
+// asks the table for that GPU, and its CUDA kernel is enqueued on `stream`
+// after the caller's work there; nothing is synchronised, so the caller
+// orders what reads the outputs on the same stream. Data the host cannot
+// read without waiting (group sizes, row ranges) is not validated: the
+// kernels clamp it. Errors as kreg_bridge_run's. Thread-safe; takes no GIL.
+typedef int (*kreg_bridge_run_on_stream_fn)(const void* dispatcher, const char* op, const kreg_args* args,
+                                            int32_t device_ordinal, void* stream, char* error, size_t error_cap);
 
 #ifdef __cplusplus
 }

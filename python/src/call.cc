@@ -42,6 +42,49 @@ py::object NewArray(DType dtype, const std::vector<int64_t>& shape) {
   return py::array(type, std::vector<py::ssize_t>(shape.begin(), shape.end()), strides);
 }
 
+CallStream StreamOf(const py::object& stream) {
+  CallStream s;
+  if (stream.is_none()) return s;
+  int overflow = 0;
+  const long long v = PyLong_Check(stream.ptr()) ? PyLong_AsLongLongAndOverflow(stream.ptr(), &overflow) : -1;
+  if (!PyLong_Check(stream.ptr()) || overflow != 0 || v < 0) {
+    throw py::value_error(absl::StrCat("stream: expected a CUDA stream's handle, an integer >= 0 (0 the legacy "
+                                       "default stream; torch.cuda.current_stream().cuda_stream), got ",
+                                       py::str(py::repr(stream)).cast<std::string>()));
+  }
+  s.handle = static_cast<uintptr_t>(v);
+  s.given = true;
+  return s;
+}
+
+namespace {
+
+std::string Where(const Borrowed& b) {
+  return b.device().device_type == kDLCPU ? "the host" : absl::StrCat("cuda:", b.device().device_id);
+}
+
+}  // namespace
+
+int PlacementOf(const std::map<std::string, std::unique_ptr<Borrowed>>& given,
+                const std::map<std::string, std::unique_ptr<Borrowed>>& outs) {
+  const Borrowed* first = nullptr;
+  std::string first_name;
+  for (const auto* arrays : {&given, &outs}) {
+    for (const auto& [name, b] : *arrays) {
+      const std::string named = arrays == &outs ? absl::StrCat("out '", name, "'") : absl::StrCat("'", name, "'");
+      if (first == nullptr) {
+        first = b.get();
+        first_name = named;
+      } else if (b->device().device_type != first->device().device_type ||
+                 b->device().device_id != first->device().device_id) {
+        throw py::value_error(absl::StrCat(first_name, " is on ", Where(*first), " and ", named, " on ", Where(*b),
+                                           ": a call's arrays must all be on the host or all on one CUDA device"));
+      }
+    }
+  }
+  return first != nullptr && first->device().device_type == kDLCUDA ? first->device().device_id : -1;
+}
+
 namespace {
 
 // GPU 0, opened once for the process (its stream, its L2-flush buffer),
@@ -63,6 +106,15 @@ absl::StatusOr<Device*> Gpu() {
 // them). Called without the GIL.
 absl::Status RunOn(DeviceKind device, const Call& call, RunOptions options,
                    const std::function<absl::Status(const kreg_args&, const RunOptions&)>& run) {
+  if (call.device_ordinal() >= 0) {
+    // In place, on the caller's stream, not waited for. Data the host
+    // cannot read unsynchronised (group sizes, row ranges) is not
+    // validated: the device kernels clamp it.
+    absl::StatusOr<std::unique_ptr<Device>> gpu = OpenCudaOnStream(call.device_ordinal(), call.stream());
+    if (!gpu.ok()) return gpu.status();
+    options.device = (*gpu)->abi();
+    return run(call.args(), options);
+  }
   if (device == DeviceKind::kCpu) return run(call.args(), options);
   // The data is checked here, on the host (on the device the op's
   // validator sees shapes only).
@@ -93,8 +145,19 @@ DeviceKind DeviceOf(const std::string& device) {
   return *kind;
 }
 
+DeviceKind WhereToRun(const std::string& device, const Call& call) {
+  const int ordinal = call.device_ordinal();
+  const DeviceKind kind = DeviceOf(device.empty() ? (ordinal >= 0 ? "cuda" : "cpu") : device);
+  if (kind == DeviceKind::kCpu && ordinal >= 0) {
+    throw py::value_error(absl::StrCat("device='cpu', but the arrays are on cuda:", ordinal,
+                                       ": leave device= out (or 'cuda') to run there, or pass host arrays"));
+  }
+  return kind;
+}
+
 py::dict RunKernel(const Kernel& kernel, const py::dict& params, const py::object& out, const std::string& dtype,
-                   const py::object& threads, const std::string& device, const py::kwargs& kwargs) {
+                   const py::object& threads, const std::string& device, const py::object& stream,
+                   const py::kwargs& kwargs) {
   std::vector<std::pair<std::string, std::string>> overrides;
   for (auto [key, value] : params) {
     std::string text;
@@ -108,8 +171,8 @@ py::dict RunKernel(const Kernel& kernel, const py::dict& params, const py::objec
     overrides.emplace_back(py::str(key).cast<std::string>(), std::move(text));
   }
   const Config config = overrides.empty() ? kernel.DefaultConfig() : Value(kernel.ParseConfig(overrides));
-  const DeviceKind where = DeviceOf(device);
-  Call call(kernel.op_ptr(), kwargs, out, dtype);
+  Call call(kernel.op_ptr(), kwargs, out, dtype, StreamOf(stream));
+  const DeviceKind where = WhereToRun(device, call);
   RunOptions options;
   options.num_threads = Threads(threads);
   absl::Status status;

@@ -1,7 +1,9 @@
 // One call of an op from Python: the caller's arrays seen as DLTensors
 // without copying (the buffer protocol, else DLPack), dims and attributes
 // from keyword arguments as values (integers stay integers), outputs made
-// as NumPy arrays; and running it on the CPU or GPU 0.
+// as NumPy arrays; and running it on the CPU, on GPU 0 (host arrays copied
+// there and back), or in place on the CUDA device the arrays are on, on the
+// caller's stream.
 #ifndef KREG_PYTHON_CALL_H_
 #define KREG_PYTHON_CALL_H_
 
@@ -26,16 +28,34 @@
 
 namespace kreg::python {
 
+// The CUDA stream a call on CUDA arrays runs on: the caller's `stream=`, a
+// cudaStream_t as an integer (torch.cuda.Stream.cuda_stream), else 0, the
+// legacy default stream.
+struct CallStream {
+  uintptr_t handle = 0;
+  bool given = false;
+  // The value __dlpack__(stream=) takes for it: DLPack numbers the legacy
+  // default stream 1 (0 is ambiguous there), the per-thread one 2, others
+  // by their handle, as CUDA's own cudaStreamLegacy and cudaStreamPerThread.
+  py::int_ dlpack() const { return py::int_(handle == 0 ? uintptr_t{1} : handle); }
+};
+
+// `stream=` as a CallStream (ValueError for what is not a handle).
+CallStream StreamOf(const py::object& stream);
+
 // A caller's array seen as a DLTensor, without copying: through the buffer
 // protocol (NumPy, array.array, memoryview), else DLPack's __dlpack__
-// (PyTorch, JAX). Holds the array for the call.
+// (PyTorch, JAX, CuPy). A CUDA array (kDLCUDA, or kDLCUDAManaged, seen as
+// kDLCUDA) is asked for with `stream`, so its producer orders its pending
+// work before what kreg enqueues there. Holds the array for the call.
 class Borrowed {
  public:
-  Borrowed(const std::string& name, const py::handle& array, bool write) : object_(py::reinterpret_borrow<py::object>(array)) {
+  Borrowed(const std::string& name, const py::handle& array, bool write, const CallStream& stream)
+      : object_(py::reinterpret_borrow<py::object>(array)) {
     if (PyObject_CheckBuffer(array.ptr())) {
       FromBuffer(name, write);
     } else if (py::hasattr(array, "__dlpack__")) {
-      FromDlpack(name);
+      FromDlpack(name, stream);
     } else {
       throw py::value_error(absl::StrCat("'", name, "': expected an array (NumPy, a DLPack tensor such as PyTorch's "
                                          "or JAX's, or a buffer), got ", py::str(py::type::of(array)).cast<std::string>()));
@@ -52,6 +72,8 @@ class Borrowed {
 
   DLTensor* dl() { return &dl_; }
   DType dtype() const { return dtype_; }
+  // kDLCPU, or kDLCUDA with the device's ordinal.
+  DLDevice device() const { return dl_.device; }
   // The bytes its elements span, [first, last); empty for no elements.
   std::pair<uintptr_t, uintptr_t> Span() const {
     const uintptr_t first = reinterpret_cast<uintptr_t>(dl_.data) + dl_.byte_offset;
@@ -112,8 +134,16 @@ class Borrowed {
     }
   }
 
-  void FromDlpack(const std::string& name) {
-    capsule_ = object_.attr("__dlpack__")();
+  static bool IsCuda(int device_type) { return device_type == kDLCUDA || device_type == kDLCUDAManaged; }
+
+  void FromDlpack(const std::string& name, const CallStream& stream) {
+    // DLPack's stream protocol: a device array is exported for a stream.
+    bool cuda = false;
+    if (py::hasattr(object_, "__dlpack_device__")) {
+      const py::tuple where = object_.attr("__dlpack_device__")();
+      cuda = where.size() == 2 && IsCuda(py::int_(where[0]).cast<int>());
+    }
+    capsule_ = cuda ? object_.attr("__dlpack__")(py::arg("stream") = stream.dlpack()) : object_.attr("__dlpack__")();
     auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule_.ptr(), "dltensor"));
     if (managed == nullptr) {
       PyErr_Clear();
@@ -121,14 +151,19 @@ class Borrowed {
     }
     // Not consumed: the capsule's destructor frees the tensor when we let go.
     const DLTensor& t = managed->dl_tensor;
-    if (t.device.device_type != kDLCPU) {
+    if (IsCuda(t.device.device_type) && !cuda) {
+      throw py::value_error(absl::StrCat("'", name, "': a CUDA tensor without __dlpack_device__, so kreg cannot "
+                                         "ask for it on the stream it runs on"));
+    }
+    if (t.device.device_type != kDLCPU && !IsCuda(t.device.device_type)) {
       throw py::value_error(absl::StrCat("'", name, "': the tensor is on DLPack device ", t.device.device_type,
-                                         ", not the CPU: pass host arrays (.cpu()); device='cuda' copies them to the GPU"));
+                                         "; kreg takes host arrays and CUDA ones"));
     }
     absl::StatusOr<DType> dtype = FromDLDataType(t.dtype);
     if (!dtype.ok()) throw py::value_error(absl::StrCat("'", name, "': ", dtype.status().message()));
     dtype_ = *dtype;
     dl_ = t;
+    if (cuda) dl_.device = {kDLCUDA, t.device.device_id};  // managed memory is the device's too
     shape_.assign(t.shape, t.shape + t.ndim);
     int64_t compact = 1;
     strides_.resize(t.ndim);
@@ -158,15 +193,25 @@ ProblemOptions OptionsOf(const std::string& dtype, const std::string& with = "",
 // The NumPy array an output is returned in.
 py::object NewArray(DType dtype, const std::vector<int64_t>& shape);
 
+// Where a call's arrays are: -1 for all on the host, else the ordinal of
+// the one CUDA device all are on; ValueError naming two that disagree.
+int PlacementOf(const std::map<std::string, std::unique_ptr<Borrowed>>& given,
+                const std::map<std::string, std::unique_ptr<Borrowed>>& outs);
+
 // One call of an op: its arguments over the caller's arrays and the outputs
-// made for it. Built with the GIL held; run without it.
+// made for it. Built with the GIL held; run without it. On CUDA arrays
+// (device_ordinal() >= 0) its args are KREG_ARGS_ON_DEVICE and its outputs
+// are the caller's (out=; an optional one not given is left out): kreg
+// makes host arrays only.
 class Call {
  public:
   // `kwargs`: the op's tensors (arrays), dims and attributes by name;
   // `out`: arrays for outputs; `dtype`: as `kreg run --dtype` ("bf16",
-  // "out=f32,...") for tensors no array decides.
-  Call(std::shared_ptr<const Op> op, const py::kwargs& kwargs, const py::object& out, const std::string& dtype)
-      : op_(std::move(op)) {
+  // "out=f32,...") for tensors no array decides; `stream`: what CUDA
+  // arrays are exported for and the call runs on.
+  Call(std::shared_ptr<const Op> op, const py::kwargs& kwargs, const py::object& out, const std::string& dtype,
+       const CallStream& stream = {})
+      : op_(std::move(op)), stream_(stream) {
     const Op& o = *op_;
     NamedValues named;  // values that are not integers, as text (float attributes)
     Dims ints;          // integers (and bools) as they are
@@ -180,7 +225,7 @@ class Call {
                                              name, "': array}"));
         }
         if (value.is_none()) continue;  // an optional input left out
-        given[name] = std::make_unique<Borrowed>(name, value, o.tensors()[t].role == KREG_ROLE_INOUT);
+        given[name] = std::make_unique<Borrowed>(name, value, o.tensors()[t].role == KREG_ROLE_INOUT, stream);
       } else if (o.FindDim(name) >= 0 || o.FindAttr(name) >= 0) {
         int overflow = 0;
         const long long v = PyLong_Check(value.ptr()) ? PyLong_AsLongLongAndOverflow(value.ptr(), &overflow) : 0;
@@ -206,8 +251,12 @@ class Call {
           throw py::value_error(absl::StrCat("out: ", o.name(), " has no output '", name, "' (its outputs: ",
                                              absl::StrJoin(names, ", "), ")"));
         }
-        outs[name] = std::make_unique<Borrowed>(name, value, /*write=*/true);
+        outs[name] = std::make_unique<Borrowed>(name, value, /*write=*/true, stream);
       }
+    }
+    ordinal_ = PlacementOf(given, outs);
+    if (stream.given && ordinal_ < 0) {
+      throw py::value_error("stream: only a call on CUDA arrays runs on a caller's stream; these are host arrays");
     }
 
     ProblemOptions options = OptionsOf(dtype);
@@ -245,7 +294,15 @@ class Call {
                                              " writes ", DTypeName(*types[t]), " here"));
         }
       } else if (info.role == KREG_ROLE_OUT) {
-        b = std::make_unique<Borrowed>(info.name, NewArray(*types[t], o.ShapeOf(static_cast<int>(t), values_)), true);
+        const std::vector<int64_t> shape = o.ShapeOf(static_cast<int>(t), values_);
+        if (ordinal_ >= 0 && info.optional) continue;  // left out: only the caller's arrays are on the device
+        if (ordinal_ >= 0) {
+          throw py::value_error(absl::StrCat("'", info.name, "': a call on cuda:", ordinal_, " writes into arrays you "
+                                             "give: pass out={'", info.name, "': a ", DTypeName(*types[t]), " array [",
+                                             absl::StrJoin(shape, ", "), "] on cuda:", ordinal_,
+                                             "} (kreg makes host arrays only)"));
+        }
+        b = std::make_unique<Borrowed>(info.name, NewArray(*types[t], shape), true, stream);
       } else {
         throw py::value_error(absl::StrCat(o.name(), ": missing input '", info.name, "' (", o.Describe(), ")"));
       }
@@ -268,6 +325,7 @@ class Call {
       held_names_.push_back(static_cast<int>(t));
     }
     args_.struct_size = sizeof(kreg_args);
+    if (ordinal_ >= 0) args_.flags |= KREG_ARGS_ON_DEVICE;
     args_.tensors = tensors_.data();
     args_.num_tensors = tensors_.size();
     args_.dims = values_.dims.data();
@@ -278,6 +336,9 @@ class Call {
 
   const kreg_args& args() const { return args_; }
   const Op& op() const { return *op_; }
+  // -1: host arrays; else the CUDA device they are on.
+  int device_ordinal() const { return ordinal_; }
+  void* stream() const { return reinterpret_cast<void*>(stream_.handle); }
 
   // {output name: array}: the caller's `out` arrays themselves, or new ones.
   py::dict Results() const {
@@ -288,6 +349,8 @@ class Call {
 
  private:
   std::shared_ptr<const Op> op_;
+  CallStream stream_;
+  int ordinal_ = -1;
   Values values_;
   std::vector<std::unique_ptr<Borrowed>> held_;
   std::vector<int> held_names_;  // each held array's tensor index
@@ -296,9 +359,11 @@ class Call {
   kreg_args args_{};
 };
 
-// `run` on a call's arrays: on the CPU in place; on GPU 0 with
-// DeviceKind::kCuda (the arrays copied there, the run, then its outputs
-// copied back into them). Called without the GIL.
+// `run` on a call's arrays: on the CPU in place; on CUDA arrays in place,
+// on their device and the call's stream, enqueued and not waited for (the
+// caller orders later work on that stream after it); on host arrays with
+// DeviceKind::kCuda on GPU 0 (the arrays copied there, the run, then its
+// outputs copied back into them). Called without the GIL.
 absl::Status RunOn(DeviceKind device, const Call& call, RunOptions options,
                    const std::function<absl::Status(const kreg_args&, const RunOptions&)>& run);
 
@@ -306,10 +371,15 @@ absl::Status RunOn(DeviceKind device, const Call& call, RunOptions options,
 // raises RuntimeError saying why.
 DeviceKind DeviceOf(const std::string& device);
 
+// Where `call` runs: `device` ("cpu", "cuda", or "" for where its arrays
+// are) against where its arrays are; ValueError for "cpu" with CUDA arrays.
+DeviceKind WhereToRun(const std::string& device, const Call& call);
+
 // Registry.run: `kernel` with `params` (overrides of its default
 // configuration) on the call's arrays.
 py::dict RunKernel(const Kernel& kernel, const py::dict& params, const py::object& out, const std::string& dtype,
-                   const py::object& threads, const std::string& device, const py::kwargs& kwargs);
+                   const py::object& threads, const std::string& device, const py::object& stream,
+                   const py::kwargs& kwargs);
 
 }  // namespace kreg::python
 

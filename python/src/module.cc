@@ -26,6 +26,7 @@
 #include "errors.h"
 #include "kreg/answer.h"
 #include "kreg/comm.h"
+#include "kreg/device.h"
 #include "kreg/dispatch.h"
 #include "kreg/log.h"
 #include "kreg/lut.h"
@@ -238,11 +239,12 @@ void BindRegistry(py::module_& m) {
       .def(
           "run",
           [](const PyRegistry& r, const std::string& name, const py::dict& params, const py::object& out,
-             const std::string& dtype, const py::object& threads, const std::string& device, const py::kwargs& kwargs) {
-            return RunKernel(*Value(r.registry->Get(name)), params, out, dtype, threads, device, kwargs);
+             const std::string& dtype, const py::object& threads, const std::string& device, const py::object& stream,
+             const py::kwargs& kwargs) {
+            return RunKernel(*Value(r.registry->Get(name)), params, out, dtype, threads, device, stream, kwargs);
           },
           py::arg("kernel"), py::kw_only(), py::arg("params") = py::dict(), py::arg("out") = py::none(),
-          py::arg("dtype") = "", py::arg("threads") = 0, py::arg("device") = "cpu");
+          py::arg("dtype") = "", py::arg("threads") = 0, py::arg("device") = "", py::arg("stream") = py::none());
 }
 
 void BindTuningDb(py::module_& m) {
@@ -268,20 +270,15 @@ void BindTuningDb(py::module_& m) {
           py::arg("shipped") = true, py::arg("device") = "cpu", py::arg("record") = false);
 }
 
-// kreg_bridge_run (bridge.h) over a Dispatcher.
-int BridgeRun(const void* dispatcher, const char* op, const kreg_args* args, int32_t threads, char* error,
-              size_t error_cap) {
-  RunOptions options;
-  options.num_threads = threads;
-  absl::StatusOr<DispatchResult> result = static_cast<const Dispatcher*>(dispatcher)->Run(op, *args, options);
-  if (result.ok()) return KREG_BRIDGE_OK;
+// A bridge call's failure: its line into `error`, its code as bridge.h's.
+int BridgeError(const absl::Status& status, char* error, size_t error_cap) {
   if (error_cap > 0) {
-    const absl::string_view message = result.status().message();
+    const absl::string_view message = status.message();
     const size_t n = std::min(message.size(), error_cap - 1);
     std::copy_n(message.data(), n, error);
     error[n] = '\0';
   }
-  switch (result.status().code()) {
+  switch (status.code()) {
     case absl::StatusCode::kNotFound:
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
@@ -292,6 +289,29 @@ int BridgeRun(const void* dispatcher, const char* op, const kreg_args* args, int
     default:
       return KREG_BRIDGE_FAILED;
   }
+}
+
+// kreg_bridge_run (bridge.h) over a Dispatcher.
+int BridgeRun(const void* dispatcher, const char* op, const kreg_args* args, int32_t threads, char* error,
+              size_t error_cap) {
+  RunOptions options;
+  options.num_threads = threads;
+  absl::StatusOr<DispatchResult> result = static_cast<const Dispatcher*>(dispatcher)->Run(op, *args, options);
+  return result.ok() ? KREG_BRIDGE_OK : BridgeError(result.status(), error, error_cap);
+}
+
+// kreg_bridge_run_on_stream (bridge.h): a device over the caller's stream,
+// made per call (it creates nothing), the run enqueued there, not waited for.
+int BridgeRunOnStream(const void* dispatcher, const char* op, const kreg_args* args, int32_t device_ordinal,
+                      void* stream, char* error, size_t error_cap) {
+  absl::StatusOr<std::unique_ptr<Device>> gpu = OpenCudaOnStream(device_ordinal, stream);
+  if (!gpu.ok()) return BridgeError(gpu.status(), error, error_cap);
+  kreg_args on_device = *args;
+  on_device.flags |= KREG_ARGS_ON_DEVICE;
+  RunOptions options;
+  options.device = (*gpu)->abi();
+  absl::StatusOr<DispatchResult> result = static_cast<const Dispatcher*>(dispatcher)->Run(op, on_device, options);
+  return result.ok() ? KREG_BRIDGE_OK : BridgeError(result.status(), error, error_cap);
 }
 
 void BindDispatcher(py::module_& m) {
@@ -312,12 +332,12 @@ void BindDispatcher(py::module_& m) {
       .def(
           "run",
           [](PyDispatcher& d, const std::string& op, const py::object& out, const std::string& dtype,
-             const py::object& threads,
-             const std::string& device, const py::kwargs& kwargs) {
+             const py::object& threads, const std::string& device, const py::object& stream,
+             const py::kwargs& kwargs) {
             const Op* found = d.dispatcher->FindOp(op);
             if (found == nullptr) Check(d.registry->GetOp(op).status());  // names the known ops
-            const DeviceKind where = DeviceOf(device);
-            Call call(Value(d.registry->GetOp(op)), kwargs, out, dtype);
+            Call call(Value(d.registry->GetOp(op)), kwargs, out, dtype, StreamOf(stream));
+            const DeviceKind where = WhereToRun(device, call);
             RunOptions options;
             options.num_threads = Threads(threads);
             absl::StatusOr<DispatchResult> result;
@@ -334,15 +354,17 @@ void BindDispatcher(py::module_& m) {
             return call.Results();
           },
           py::arg("op"), py::kw_only(), py::arg("out") = py::none(), py::arg("dtype") = "", py::arg("threads") = 0,
-          py::arg("device") = "cpu")
+          py::arg("device") = "", py::arg("stream") = py::none())
       .def(
           "_bridge",
           [](const PyDispatcher& d) {
             const kreg_bridge_run_fn run = &BridgeRun;
-            return py::make_tuple(reinterpret_cast<uintptr_t>(run), reinterpret_cast<uintptr_t>(&*d.dispatcher));
+            const kreg_bridge_run_on_stream_fn run_on_stream = &BridgeRunOnStream;
+            return py::make_tuple(reinterpret_cast<uintptr_t>(run), reinterpret_cast<uintptr_t>(&*d.dispatcher),
+                                  reinterpret_cast<uintptr_t>(run_on_stream));
           },
-          "(kreg_bridge_run's address, this Dispatcher's): for a framework shim (bridge.h); valid while this "
-          "Dispatcher lives.")
+          "(kreg_bridge_run's address, this Dispatcher's, kreg_bridge_run_on_stream's): for a framework shim "
+          "(bridge.h); valid while this Dispatcher lives.")
       .def_property_readonly("last", &PyDispatcher::Last,
                     "What the last run ran: kernel, params (a dict, as query's), match, data_class.");
 }

@@ -4,8 +4,11 @@
 // KREG_CUDA_BACKEND pointing at it, kreg's device path (DeviceCall, --device
 // cuda, tuning and dispatch under a GPU's key) runs where there is no GPU,
 // with the kernels of host_device_plugin.cc. KREG_HOST_DEVICE_GIB sets its
-// memory size (1 GiB by default): another GPU of the same SM version. A
-// test double: never installed.
+// memory size (1 GiB by default): another GPU of the same SM version.
+// open_on_stream takes any value as the caller's stream (nothing runs on
+// it) and keeps the last one for kreg_host_device_last_stream(), so a test
+// sees which stream kreg ran on. A test double: never installed.
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,8 +25,10 @@ uint64_t Memory() {
 
 struct Device {
   std::chrono::steady_clock::time_point start;
-  int stream = 0;  // its address is the stream
+  int stream = 0;  // its address is the stream (open)
 };
+
+std::atomic<void*> last_stream{nullptr};
 
 int Count(int* n, char*, size_t) {
   *n = 1;
@@ -53,7 +58,8 @@ void* Alloc(void*, size_t bytes) {
 
 void Free(void*, void* p) { std::free(p); }
 
-int Open(int ordinal, kreg_device* device, char* msg, size_t cap) {
+// Device `ordinal` on `stream` (nullptr: one of its own).
+int OpenOn(int ordinal, void* stream, kreg_device* device, char* msg, size_t cap) {
   kreg_gpu_info info;
   if (Describe(ordinal, &info, msg, cap) != 0) return 1;
   auto* d = new Device;
@@ -62,7 +68,7 @@ int Open(int ordinal, kreg_device* device, char* msg, size_t cap) {
   device->ctx = d;
   device->kind = KREG_DEVICE_CUDA;
   device->ordinal = ordinal;
-  device->stream = &d->stream;
+  device->stream = stream != nullptr ? stream : &d->stream;
   device->sm = info.sm;
   device->num_sms = info.num_sms;
   device->memory_bytes = info.memory_bytes;
@@ -71,6 +77,13 @@ int Open(int ordinal, kreg_device* device, char* msg, size_t cap) {
   device->alloc = Alloc;
   device->free = Free;
   return 0;
+}
+
+int Open(int ordinal, kreg_device* device, char* msg, size_t cap) { return OpenOn(ordinal, nullptr, device, msg, cap); }
+
+int OpenOnStream(int ordinal, void* stream, kreg_device* device, char* msg, size_t cap) {
+  last_stream.store(stream);
+  return OpenOn(ordinal, stream, device, msg, cap);
 }
 
 void Close(void* ctx) { delete static_cast<Device*>(ctx); }
@@ -104,10 +117,16 @@ const kreg_cuda_backend kBackend = {
     .flush_l2 = Nothing,
     .time_begin = TimeBegin,
     .time_end = TimeEnd,
+    .open_on_stream = OpenOnStream,
 };
 
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const kreg_cuda_backend* kreg_cuda_backend_v1(void) {
   return &kBackend;
+}
+
+// The stream the last open_on_stream was given.
+extern "C" __attribute__((visibility("default"))) void* kreg_host_device_last_stream(void) {
+  return last_stream.load();
 }

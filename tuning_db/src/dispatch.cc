@@ -42,7 +42,11 @@ using MemoKey = absl::InlinedVector<uint64_t, 32>;
 MemoKey KeyWords(const Op& op, const kreg_args& args, const std::string& data_class, const RunOptions& options) {
   MemoKey key;
   key.push_back(reinterpret_cast<uintptr_t>(&op));
-  key.push_back(reinterpret_cast<uintptr_t>(options.device));
+  // The device by kind and ordinal, not address: one over a caller's
+  // stream is made per call (kreg/device.h: OpenCudaOnStream).
+  const kreg_device* device = options.device;
+  key.push_back(device == nullptr ? 0 : (uint64_t{1} << 63) | (uint64_t(uint32_t(device->kind)) << 32) |
+                                            uint32_t(device->ordinal));
   key.push_back(static_cast<uint64_t>(options.num_threads));
   key.push_back(args.num_dims);
   for (size_t i = 0; i < args.num_dims; ++i) key.push_back(static_cast<uint64_t>(args.dims[i]));

@@ -11,7 +11,9 @@
 //
 // A Device's abi() is what a kernel gets in kreg_host.device. Copies and
 // Synchronize wait for the device; Time() records CUDA events on the
-// device's stream around what `launch` enqueues there.
+// device's stream around what `launch` enqueues there. A Device opened over
+// a caller's stream (OpenCudaOnStream) runs kernels there and owns nothing
+// of it: no L2 flush, no timing, and closing it waits for nothing.
 //
 // Thread-safety: a Device is used by one thread at a time.
 #ifndef KREG_BACKENDS_DEVICE_H_
@@ -58,7 +60,10 @@ class Device {
 
  private:
   friend absl::StatusOr<std::unique_ptr<Device>> OpenCuda(int ordinal);
+  friend absl::StatusOr<std::unique_ptr<Device>> OpenCudaOnStream(int ordinal, void* stream);
   Device() = default;
+  // On a stream of its own, or over `caller_stream`'s where given.
+  static absl::StatusOr<std::unique_ptr<Device>> Open(int ordinal, void* const* caller_stream);
   const Backend* backend_ = nullptr;
   GpuInfo info_;
   kreg_device abi_{};
@@ -66,6 +71,14 @@ class Device {
 
 // CUDA device `ordinal` with a stream of its own.
 absl::StatusOr<std::unique_ptr<Device>> OpenCuda(int ordinal = 0);
+
+// CUDA device `ordinal` over a caller's `stream` (a cudaStream_t of that
+// device; 0 the legacy default stream), current on this thread until the
+// Device closes: kernels launch on that stream, after whatever the caller
+// enqueued there, and the caller orders its later work after them by using
+// the same stream; nothing is synchronised. Cheap (nothing is created), so
+// made per call (kreg/cuda_backend.h: open_on_stream).
+absl::StatusOr<std::unique_ptr<Device>> OpenCudaOnStream(int ordinal, void* stream);
 
 // Whether this machine can run `kernel`: a CPU kernel where the CPU has its
 // ISA (Kernel::available), a CUDA kernel where there is a CUDA device;

@@ -236,9 +236,13 @@ struct RowRange {
 template <bool kBf16>
 __device__ RowRange RangeOf(const RadixArgs& a, int64_t r) {
   const void* row = static_cast<const char*>(a.input) + r * a.input_stride * (kBf16 ? 2 : 4);
-  const int64_t lo = a.row_starts != nullptr ? a.row_starts[r * a.starts_stride] : 0;
-  const int64_t hi = a.row_ends != nullptr ? a.row_ends[r * a.ends_stride] : a.n;
-  return {row, lo, hi > lo ? hi : lo};
+  // Clamped to [0, n]: ranges of arrays already on the device reach the
+  // kernel unvalidated (the host cannot read them without waiting).
+  int64_t lo = a.row_starts != nullptr ? a.row_starts[r * a.starts_stride] : 0;
+  int64_t hi = a.row_ends != nullptr ? a.row_ends[r * a.ends_stride] : a.n;
+  lo = lo < 0 ? 0 : lo > a.n ? a.n : lo;
+  hi = hi < lo ? lo : hi > a.n ? a.n : hi;
+  return {row, lo, hi};
 }
 
 // Whole rows: block b takes rows b * rows_per_block, ... in turn.

@@ -1,8 +1,11 @@
-// torch.ops.kreg.topk, gmm and tgmm on CPU tensors, in C++: the tensors are
-// seen as DLTensors where they lie, outputs made with at::empty, and the op
-// run through a kreg.Dispatcher by the bridge (python/src/bridge.h), so a
-// call costs PyTorch's dispatch, the Dispatcher's remembered answer and the
-// kernel. The schemas are defined here; their fake implementations and
+// torch.ops.kreg.topk, gmm and tgmm on CPU and CUDA tensors, in C++: the
+// tensors are seen as DLTensors where they lie, outputs made with at::empty
+// (on the inputs' device), and the op run through a kreg.Dispatcher by the
+// bridge (python/src/bridge.h), so a call costs PyTorch's dispatch, the
+// Dispatcher's remembered answer and the kernel. CUDA tensors run on
+// PyTorch's current stream of their device, not waited for, as PyTorch's
+// own CUDA ops; this needs no CUDA header or library (c10's device-generic
+// streams), so no build option guards it. The schemas are defined here; their fake implementations and
 // autograd formulas are registered by kreg/torch.py, which loads this
 // library and hands it the Dispatcher (kreg_torch_use).
 //
@@ -10,7 +13,10 @@
 // and nothing of kreg's C++ but the plugin ABI and the ops' layouts.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/ScalarType.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -31,6 +37,7 @@ namespace {
 struct Bridge {
   kreg_bridge_run_fn run = nullptr;
   const void* dispatcher = nullptr;
+  kreg_bridge_run_on_stream_fn run_on_stream = nullptr;
 };
 std::atomic<const Bridge*> g_bridge{nullptr};
 
@@ -39,9 +46,12 @@ std::atomic<const Bridge*> g_bridge{nullptr};
 class View {
  public:
   View() = default;
-  explicit View(const at::Tensor& t, const char* name) : tensor_(t) {
-    TORCH_CHECK_VALUE(t.device().is_cpu(), "kreg: '", name, "' is on ", t.device().str(),
-                      "; kreg's PyTorch ops take CPU tensors");
+  // `device`: the call's (its first tensor's); every tensor must be there.
+  View(const at::Tensor& t, const char* name, const c10::Device& device) : tensor_(t) {
+    TORCH_CHECK_VALUE(t.device() == device, "kreg: '", name, "' is on ", t.device().str(), " and the call on ",
+                      device.str(), ": a call's tensors must all be on one device");
+    TORCH_CHECK_VALUE(device.is_cpu() || device.is_cuda(), "kreg: '", name, "' is on ", device.str(),
+                      "; kreg's PyTorch ops take CPU and CUDA tensors");
     if (t.dim() > 0 && t.size(-1) > 1 && t.stride(-1) != 1) tensor_ = t.contiguous();
     switch (t.scalar_type()) {
       case at::kFloat:
@@ -58,7 +68,7 @@ class View {
                           " is not one kreg speaks: torch.float32, torch.bfloat16 or torch.int32");
     }
     dl_.data = tensor_.data_ptr();
-    dl_.device = {kDLCPU, 0};
+    dl_.device = device.is_cuda() ? DLDevice{kDLCUDA, device.index()} : DLDevice{kDLCPU, 0};
     dl_.ndim = static_cast<int32_t>(tensor_.dim());
     dl_.shape = const_cast<int64_t*>(tensor_.sizes().data());
     dl_.strides = const_cast<int64_t*>(tensor_.strides().data());
@@ -71,9 +81,10 @@ class View {
   DLTensor dl_{};
 };
 
+// On CUDA tensors: on PyTorch's current stream of `device` (made current).
 template <size_t kTensors, size_t kDims, size_t kAttrs>
-void Run(const char* op, std::array<View, kTensors>& views, const std::array<int64_t, kDims>& dims,
-         const std::array<int64_t, kAttrs>& attrs) {
+void Run(const char* op, const c10::Device& device, std::array<View, kTensors>& views,
+         const std::array<int64_t, kDims>& dims, const std::array<int64_t, kAttrs>& attrs) {
   const Bridge* bridge = g_bridge.load(std::memory_order_acquire);
   TORCH_CHECK(bridge != nullptr, "kreg: torch.ops.kreg.", op, " was called before kreg.torch was imported");
   std::array<DLTensor*, kTensors> tensors;
@@ -89,7 +100,17 @@ void Run(const char* op, std::array<View, kTensors>& views, const std::array<int
   args.attrs = scalars.data();
   args.num_attrs = kAttrs;
   char error[512];
-  switch (bridge->run(bridge->dispatcher, op, &args, 0, error, sizeof(error))) {
+  int code;
+  if (device.is_cuda()) {
+    TORCH_CHECK(bridge->run_on_stream != nullptr, "kreg: this kreg runs no CUDA tensors");
+    const c10::DeviceGuard guard(device);
+    const c10::Stream stream = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
+    code = bridge->run_on_stream(bridge->dispatcher, op, &args, device.index(), stream.native_handle(), error,
+                                 sizeof(error));
+  } else {
+    code = bridge->run(bridge->dispatcher, op, &args, 0, error, sizeof(error));
+  }
+  switch (code) {
     case KREG_BRIDGE_OK:
       return;
     case KREG_BRIDGE_BAD_ARGUMENT:
@@ -111,18 +132,18 @@ std::tuple<at::Tensor, at::Tensor> Topk(const at::Tensor& input, int64_t k, bool
   at::Tensor values = at::empty({input.size(0), k}, input.options());
   at::Tensor indices = at::empty({input.size(0), k}, input.options().dtype(at::kInt));
   std::array<View, topk::kNumTensors> views;
-  views[topk::kInput] = View(input, "input");
-  if (row_starts) views[topk::kRowStarts] = View(*row_starts, "row_starts");
-  if (row_ends) views[topk::kRowEnds] = View(*row_ends, "row_ends");
-  views[topk::kValues] = View(values, "values");
-  views[topk::kIndices] = View(indices, "indices");
+  views[topk::kInput] = View(input, "input", input.device());
+  if (row_starts) views[topk::kRowStarts] = View(*row_starts, "row_starts", input.device());
+  if (row_ends) views[topk::kRowEnds] = View(*row_ends, "row_ends", input.device());
+  views[topk::kValues] = View(values, "values", input.device());
+  views[topk::kIndices] = View(indices, "indices", input.device());
   std::array<int64_t, topk::kNumDims> dims;
   dims[topk::kBatch] = input.size(0);
   dims[topk::kN] = input.size(1);
   dims[topk::kK] = k;
   std::array<int64_t, topk::kNumAttrs> attrs;
   attrs[topk::kLargest] = largest ? 1 : 0;
-  Run("topk", views, dims, attrs);
+  Run("topk", input.device(), views, dims, attrs);
   return {values, indices};
 }
 
@@ -134,11 +155,11 @@ at::Tensor Gmm(const at::Tensor& lhs, const at::Tensor& rhs, const at::Tensor& g
   const int64_t n = transpose_rhs ? rhs.size(1) : rhs.size(2);
   at::Tensor out = at::empty({lhs.size(0), n}, lhs.options().dtype(OutType(lhs, out_dtype)));
   std::array<View, gmm::kGmmNumTensors> views;
-  views[gmm::kGmmLhs] = View(lhs, "lhs");
-  views[gmm::kGmmRhs] = View(rhs, "rhs");
-  views[gmm::kGmmGroupSizes] = View(group_sizes, "group_sizes");
-  views[gmm::kGmmOut] = View(out, "out");
-  if (existing_out) views[gmm::kGmmExistingOut] = View(*existing_out, "existing_out");
+  views[gmm::kGmmLhs] = View(lhs, "lhs", lhs.device());
+  views[gmm::kGmmRhs] = View(rhs, "rhs", lhs.device());
+  views[gmm::kGmmGroupSizes] = View(group_sizes, "group_sizes", lhs.device());
+  views[gmm::kGmmOut] = View(out, "out", lhs.device());
+  if (existing_out) views[gmm::kGmmExistingOut] = View(*existing_out, "existing_out", lhs.device());
   std::array<int64_t, gmm::kGmmNumDims> dims;
   dims[gmm::kGmmM] = lhs.size(0);
   dims[gmm::kGmmK] = lhs.size(1);
@@ -149,7 +170,7 @@ at::Tensor Gmm(const at::Tensor& lhs, const at::Tensor& rhs, const at::Tensor& g
   attrs[gmm::kGmmTransposeRhs] = transpose_rhs ? 1 : 0;
   attrs[gmm::kGmmGroupOffset] = group_offset;
   attrs[gmm::kGmmConstantWeights] = 0;
-  Run("gmm", views, dims, attrs);
+  Run("gmm", lhs.device(), views, dims, attrs);
   return out;
 }
 
@@ -161,10 +182,10 @@ at::Tensor Tgmm(const at::Tensor& lhs, const at::Tensor& rhs, const at::Tensor& 
   TORCH_CHECK_VALUE(local >= 0, "kreg.tgmm: local_groups=", local, " must be >= 0");
   at::Tensor out = at::empty({local, lhs.size(0), rhs.size(1)}, lhs.options().dtype(OutType(lhs, out_dtype)));
   std::array<View, gmm::kTgmmNumTensors> views;
-  views[gmm::kTgmmLhs] = View(lhs, "lhs");
-  views[gmm::kTgmmRhs] = View(rhs, "rhs");
-  views[gmm::kTgmmGroupSizes] = View(group_sizes, "group_sizes");
-  views[gmm::kTgmmOut] = View(out, "out");
+  views[gmm::kTgmmLhs] = View(lhs, "lhs", lhs.device());
+  views[gmm::kTgmmRhs] = View(rhs, "rhs", lhs.device());
+  views[gmm::kTgmmGroupSizes] = View(group_sizes, "group_sizes", lhs.device());
+  views[gmm::kTgmmOut] = View(out, "out", lhs.device());
   std::array<int64_t, gmm::kTgmmNumDims> dims;
   dims[gmm::kTgmmK] = lhs.size(0);
   dims[gmm::kTgmmM] = lhs.size(1);
@@ -173,19 +194,21 @@ at::Tensor Tgmm(const at::Tensor& lhs, const at::Tensor& rhs, const at::Tensor& 
   dims[gmm::kTgmmLocalGroups] = local;
   std::array<int64_t, gmm::kTgmmNumAttrs> attrs;
   attrs[gmm::kTgmmGroupOffset] = group_offset;
-  Run("tgmm", views, dims, attrs);
+  Run("tgmm", lhs.device(), views, dims, attrs);
   return out;
 }
 
 }  // namespace
 }  // namespace kreg::torch_ops
 
-// Hands the shim the bridge and the Dispatcher every call runs through
-// (kreg.Dispatcher._bridge()); the previous pair is kept, never freed, so
-// a call in flight on another thread finishes on it.
-extern "C" __attribute__((visibility("default"))) void kreg_torch_use(uintptr_t run, uintptr_t dispatcher) {
+// Hands the shim the bridge's entries and the Dispatcher every call runs
+// through (kreg.Dispatcher._bridge()); the previous ones are kept, never
+// freed, so a call in flight on another thread finishes on them.
+extern "C" __attribute__((visibility("default"))) void kreg_torch_use(uintptr_t run, uintptr_t dispatcher,
+                                                                      uintptr_t run_on_stream) {
   auto* bridge = new kreg::torch_ops::Bridge{reinterpret_cast<kreg_bridge_run_fn>(run),
-                                             reinterpret_cast<const void*>(dispatcher)};
+                                             reinterpret_cast<const void*>(dispatcher),
+                                             reinterpret_cast<kreg_bridge_run_on_stream_fn>(run_on_stream)};
   kreg::torch_ops::g_bridge.store(bridge, std::memory_order_release);
 }
 
@@ -199,6 +222,13 @@ TORCH_LIBRARY(kreg, m) {
 }
 
 TORCH_LIBRARY_IMPL(kreg, CPU, m) {
+  m.impl("topk", &kreg::torch_ops::Topk);
+  m.impl("gmm", &kreg::torch_ops::Gmm);
+  m.impl("tgmm", &kreg::torch_ops::Tgmm);
+}
+
+// The same functions: a call's device is its tensors'.
+TORCH_LIBRARY_IMPL(kreg, CUDA, m) {
   m.impl("topk", &kreg::torch_ops::Topk);
   m.impl("gmm", &kreg::torch_ops::Gmm);
   m.impl("tgmm", &kreg::torch_ops::Tgmm);

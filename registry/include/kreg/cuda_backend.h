@@ -42,6 +42,14 @@ typedef struct kreg_cuda_backend {
   // waits for it, and gives the time between them.
   int (*time_begin)(void* ctx, char* msg, size_t cap);
   int (*time_end)(void* ctx, double* ns, char* msg, size_t cap);
+  // Fills *device over a caller's `stream` (a cudaStream_t of device
+  // `ordinal`; 0 the legacy default stream) and makes `ordinal` current
+  // until close, which restores the previous device. Kernels launch on
+  // that stream and device->alloc orders memory on it. It creates nothing
+  // (no stream, events or L2-flush buffer: flush_l2 does nothing and
+  // timing fails), so it is cheap enough for every call; close neither
+  // synchronises nor destroys the stream, whose work stays in flight.
+  int (*open_on_stream)(int ordinal, void* stream, kreg_device* device, char* msg, size_t cap);
 } kreg_cuda_backend;
 
 // The module's one exported symbol.

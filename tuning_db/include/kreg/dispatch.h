@@ -64,8 +64,8 @@ class Dispatcher {
   // (Op::KeyOf), takes the data class (the override given to Create, else
   // the op's classifier, asked per call), asks the table (Lut::Query) and
   // runs its answer. The answer is remembered per call shape (op, dims,
-  // attributes, tensors present and their dtypes, data class, device,
-  // threads asked; up to kMemoEntries shapes, then forgotten all at once):
+  // attributes, tensors present and their dtypes, data class, device
+  // (its kind and ordinal), threads asked; up to kMemoEntries shapes, then forgotten all at once):
   // a shape asked again costs the validation, its classifier and a hash
   // lookup, and the table, never changed once built, answers the same.
   // With KREG_RECORD=FILE set when the Dispatcher was created, a shape the
