@@ -29,13 +29,14 @@ import os
 import pathlib
 import re
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
 import torch
+
+from gpu_peers import write_i32_npy  # bench/, the folder this script runs from
 
 K, N = 2048, 1024
 SHAPES = [("skewed", 4096, 64), ("balanced", 8192, 8)]  # gmm_bench's kShapes, the goals' first
@@ -96,14 +97,6 @@ def group_sizes(m, groups, skewed):
     if skewed:
         return skewed_sizes(m, groups)
     return [m // groups + (1 if g < m % groups else 0) for g in range(groups)]
-
-
-def write_i32_npy(path, values):
-    header = "{'descr': '<i4', 'fortran_order': False, 'shape': (%d,), }" % len(values)
-    header += " " * (63 - (10 + len(header)) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
-        f.write(struct.pack("<%di" % len(values), *values))
 
 
 def torch_ms(op, m, sizes, dtype, reps):

@@ -7,7 +7,7 @@ kreg called eagerly, on the seed shapes and one small shape.
 
 Shapes: top-k 128x201088 k=64 f32 and bf16, 64x32768 k=2048 f32, 1x1024 k=8
 f32 (the per-call overhead); gmm skewed (m=4096 k=2048 n=1024, 64 groups with
-gmm_bench's Zipf sizes: the same sizes, in another order) and balanced
+gmm_bench's Zipf sizes) and balanced
 (m=8192, 8 groups), f32 and bf16. For each, in one process, the rounds
 interleave:
   kreg.run     kreg's Dispatcher eagerly on NumPy views of the same data
@@ -15,6 +15,7 @@ interleave:
   torch.kreg   torch.compile(fullgraph=True) of a function calling
                torch.ops.kreg.topk / gmm
   torch        torch.compile of torch.topk / torch._grouped_mm
+  torch.kreg eager, torch eager   the same two called eagerly
   jax.kreg     jax.jit of kreg.jax.topk / gmm
   jax          jax.jit of jax.lax.top_k / jax.lax.ragged_dot
 Each figure is the median over the rounds of one round's median time per
@@ -27,6 +28,8 @@ import statistics
 import time
 
 import numpy as np
+
+from cpu_grouped_peers import group_sizes  # gmm_bench's partitions; bench/ is this script's folder
 
 
 def parse_args():
@@ -41,24 +44,14 @@ def parse_args():
     return a
 
 
-def skewed_sizes(m, groups, seed=42, exponent=1.1):
-    """gmm_bench's sizes: a quarter of the groups empty, the rest weighing
-    1/(rank+1)^1.1, floors plus the remainders by largest fraction."""
-    rank = np.random.default_rng(seed).permutation(groups)
-    live = groups - groups // 4
-    weight = np.where(rank < live, (rank + 1.0) ** -exponent, 0.0)
-    quota = m * weight / weight.sum()
-    sizes = np.floor(quota).astype(np.int64)
-    order = sorted((g for g in range(groups) if weight[g] > 0), key=lambda g: (-(quota[g] - sizes[g]), rank[g]))
-    for i in range(m - int(sizes.sum())):
-        sizes[order[i % len(order)]] += 1
-    return sizes.astype(np.int32)
-
-
 TOPK = {"topk_128x201088_k64": (128, 201088, 64, "f32"), "topk_128x201088_k64_bf16": (128, 201088, 64, "bf16"),
         "topk_64x32768_k2048": (64, 32768, 2048, "f32"), "topk_1x1024_k8": (1, 1024, 8, "f32")}
 GMM = {"gmm_skewed_f32": (4096, 2048, 1024, 64, True, "f32"), "gmm_skewed_bf16": (4096, 2048, 1024, 64, True, "bf16"),
        "gmm_balanced_f32": (8192, 2048, 1024, 8, False, "f32"), "gmm_balanced_bf16": (8192, 2048, 1024, 8, False, "bf16")}
+
+
+# Each of kreg's rows against the framework's own op called the same way.
+PEERS = {"torch.kreg": "torch", "torch.kreg eager": "torch eager", "jax.kreg": "jax"}
 
 
 def calls_for(name):
@@ -94,6 +87,8 @@ def build(name, only):
             theirs = torch.compile(lambda x: torch.topk(x, k), fullgraph=True, dynamic=False)
             fns["torch.kreg"] = lambda: ours(xt)
             fns["torch"] = lambda: theirs(xt)
+            fns["torch.kreg eager"] = lambda: torch.ops.kreg.topk(xt, k)
+            fns["torch eager"] = lambda: torch.topk(xt, k)
         if only in (None, "jax"):
             import jax
             import jax.numpy as jnp
@@ -105,7 +100,7 @@ def build(name, only):
             fns["jax"] = lambda: jax.block_until_ready(theirs_j(xj))
         return fns
     m, k, n, groups, skewed, dtype = GMM[name]
-    sizes = skewed_sizes(m, groups) if skewed else np.full(groups, m // groups, np.int32)
+    sizes = np.array(group_sizes(m, groups, skewed), np.int32)
     lhs32 = rng.standard_normal((m, k), dtype=np.float32)
     rhs32 = rng.standard_normal((groups, k, n), dtype=np.float32) * np.float32(k ** -0.5)
     tdtype = torch.bfloat16 if dtype == "bf16" else torch.float32
@@ -123,6 +118,8 @@ def build(name, only):
         theirs = torch.compile(lambda a, b, o: torch._grouped_mm(a, b, offs=o), fullgraph=True, dynamic=False)
         fns["torch.kreg"] = lambda: ours(lhs, rhs, gs)
         fns["torch"] = lambda: theirs(lhs, rhs, offs)
+        fns["torch.kreg eager"] = lambda: torch.ops.kreg.gmm(lhs, rhs, gs)
+        fns["torch eager"] = lambda: torch._grouped_mm(lhs, rhs, offs=offs)
     if only in (None, "jax"):
         import jax
         import jax.numpy as jnp
@@ -148,7 +145,7 @@ def main():
     for name in names:
         if name not in TOPK and name not in GMM:
             raise SystemExit(f"frameworks.py: no shape '{name}' (shapes: {', '.join(list(TOPK) + list(GMM))})")
-    print(f"{'shape':28} {'impl':11} {'median':>11} {'/kreg.run':>9} {'/framework':>10}")
+    print(f"{'shape':28} {'impl':16} {'median':>11} {'/kreg.run':>9} {'/framework':>10}")
     for name in names:
         fns = build(name, args.only)
         times = {label: [] for label in fns}
@@ -157,9 +154,9 @@ def main():
                 times[label].append(timed(fn, calls_for(name)))
         med = {label: statistics.median(t) for label, t in times.items()}
         for label, t in med.items():
-            peer = "torch" if label.startswith("torch") else "jax" if label.startswith("jax") else None
-            to_peer = f"{med[peer] / t:9.2f}x" if peer in med and label != peer else ""
-            print(f"{name:28} {label:11} {fmt(t):>11} {med['kreg.run'] / t:8.2f}x {to_peer:>10}", flush=True)
+            peer = PEERS.get(label)
+            to_peer = f"{med[peer] / t:9.2f}x" if peer in med else ""
+            print(f"{name:28} {label:16} {fmt(t):>11} {med['kreg.run'] / t:8.2f}x {to_peer:>10}", flush=True)
         del fns
 
 
