@@ -54,17 +54,33 @@ if(KREG_PYTHON AND NOT KREG_SANITIZE AND NOT KREG_FUZZ)
     set(KREG_PYTHON_FOUND ON)
     set(KREG_PYTHON_INSTALL_DIR
       "${CMAKE_INSTALL_LIBDIR}/python${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}/dist-packages"
-      CACHE STRING "Where the kreg Python package is installed, relative to the prefix")
+      CACHE STRING "The folder holding the kreg Python package, relative to the prefix")
+    # The package's own folder; pip's wheel (pyproject.toml) makes it the
+    # prefix itself, ".", with KREG_PYTHON_INSTALL_DIR "..".
+    set(KREG_PYTHON_PACKAGE_DIR "${KREG_PYTHON_INSTALL_DIR}/kreg"
+      CACHE STRING "The kreg Python package's folder, relative to the prefix")
     message(STATUS "kreg: Python ${Python3_VERSION} (${Python3_EXECUTABLE}) and pybind11 ${pybind11_VERSION} found: "
                    "building the Python package")
     # A Python with PyTorch and JAX for kreg.torch and kreg.jax (their shims
     # and tests): scripts/venv.sh makes build/venv from this same
     # interpreter, so the module imports in both.
     # Empty: build/venv/bin/python once it exists.
-    set(kreg_doc "A Python with torch and jax for the framework shims and tests (empty: build/venv/bin/python, which scripts/venv.sh makes, where it exists)")
+    set(kreg_doc "A Python with torch and jax for the framework shims and tests (empty: build/venv/bin/python, which scripts/venv.sh makes, where it exists; under pip the installing Python)")
     set(KREG_FRAMEWORK_PYTHON "" CACHE FILEPATH "${kreg_doc}")
-    if(NOT KREG_FRAMEWORK_PYTHON AND EXISTS ${PROJECT_SOURCE_DIR}/build/venv/bin/python)
+    set(KREG_FRAMEWORK_PYTHON_RUN ${KREG_FRAMEWORK_PYTHON})
+    if(SKBUILD)
+      # Under pip (pyproject.toml; scikit-build-core sets SKBUILD) the
+      # installing interpreter, so the shims match the torch and jax it
+      # imports; asked outside pip's build isolation, whose PYTHONPATH
+      # overlay (and PYTHONNOUSERSITE) hides its site packages.
+      if(NOT KREG_FRAMEWORK_PYTHON)
+        set(KREG_FRAMEWORK_PYTHON ${Python3_EXECUTABLE})
+      endif()
+      set(KREG_FRAMEWORK_PYTHON_RUN ${CMAKE_COMMAND} -E env --unset=PYTHONPATH --unset=PYTHONNOUSERSITE
+        ${KREG_FRAMEWORK_PYTHON})
+    elseif(NOT KREG_FRAMEWORK_PYTHON AND EXISTS ${PROJECT_SOURCE_DIR}/build/venv/bin/python)
       set(KREG_FRAMEWORK_PYTHON ${PROJECT_SOURCE_DIR}/build/venv/bin/python CACHE FILEPATH "${kreg_doc}" FORCE)
+      set(KREG_FRAMEWORK_PYTHON_RUN ${KREG_FRAMEWORK_PYTHON})
     endif()
   else()
     message(STATUS "kreg: Python 3 with its headers or pybind11 not found: skipping the Python package "

@@ -65,4 +65,8 @@ function(kreg_add_cuda_plugin name)
     $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${KREG_WERROR}>>:-Werror=all-warnings>)
   kreg_add_plugin(${name} SOURCES ${ARG_SOURCES} $<TARGET_OBJECTS:${name}_device_code>
     LIBRARIES CUDA::cudart_static ${CMAKE_DL_LIBS} ${ARG_LIBRARIES})
+  # The device objects make CUDA one of the plugin's languages, whose
+  # dialect would default to CXX_STANDARD (20, which CMake 3.25 cannot give
+  # nvcc): CMake's file API (scikit-build-core, IDEs) asks for it.
+  set_target_properties(${name} PROPERTIES CUDA_STANDARD 17)
 endfunction()

@@ -3,7 +3,8 @@
 # what is missing, configures, builds and runs every CTest suite, runs each
 # fuzzer for a minute under ASan and UBSan (the asan preset, clang), then
 # installs kreg into a scratch prefix, moves it, and builds and runs the
-# find_package(kreg) examples against it: a program, and a plugin.
+# find_package(kreg) examples against it: a program, and a plugin; and
+# checks `pip install .` (scripts/check_pip.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -34,3 +35,6 @@ cmake -S examples/plugin -B build/plugin_example -G Ninja -DCMAKE_PREFIX_PATH="$
 cmake --build build/plugin_example
 "$prefix/bin/kreg" list --plugin-path build/plugin_example | grep "scale/plain" >/dev/null
 "$prefix/bin/kreg" run scale/plain --plugin-path build/plugin_example --dims n=1000,alpha=2 --check
+# pip install . into a scratch venv, and the package and command used from
+# there (scripts/check_pip.sh; its build folder build/pip is kept).
+scripts/check_pip.sh

@@ -30,6 +30,8 @@ Messages go to stderr at the level of ``KREG_LOG`` or ``set_log_level``.
 from . import _kreg
 from ._kreg import Kernel, install_prefix, log_level, machine, set_log_level
 
+__version__ = _kreg.__version__  # CMakeLists.txt's project(kreg VERSION ...)
+
 __all__ = [
     "Registry", "Kernel", "TuningDb", "Dispatcher", "run", "tune", "machine", "install_prefix",
     "set_log_level", "log_level", "bf16_to_float32", "float32_to_bf16",

@@ -155,6 +155,7 @@ struct PyDispatcher {
 void BindFunctions(py::module_& m) {
   m.doc() = "kreg's C++ core: the registry, calls of any op on your arrays, tuning tables, the dispatcher, the tuner";
 
+  m.attr("__version__") = KREG_VERSION;
   m.def("install_prefix", [] { return InstallPrefix(); },
         "Where kreg's library is installed or built; plugins and tables are found beside it.");
   m.def("set_log_level", [](const std::string& level) { SetLogLevel(Value(ParseLogLevel(level))); },

@@ -93,7 +93,7 @@ std::vector<std::string> BackendModulePaths(const char* file, const char* env_va
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) candidates.push_back((exe.parent_path().parent_path() / "lib/kreg/backends" / file).string());
-  candidates.push_back(absl::StrCat(KREG_INSTALL_BACKEND_DIR, "/", file));
+  if (*KREG_INSTALL_BACKEND_DIR != '\0') candidates.push_back(absl::StrCat(KREG_INSTALL_BACKEND_DIR, "/", file));
   return candidates;
 }
 

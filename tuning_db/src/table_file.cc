@@ -399,7 +399,7 @@ std::vector<std::string> ShippedTableDirs() {
     return dirs;
   }
   auto add = [&dirs](std::string dir) {
-    if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(std::move(dir));
+    if (!dir.empty() && std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(std::move(dir));
   };
   if (!InstallPrefix().empty()) add(absl::StrCat(InstallPrefix(), "/", KREG_INSTALL_TABLE_SUBDIR));
   std::error_code ec;
