@@ -110,7 +110,9 @@ def build(name, only):
         return t.view(torch.uint16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
 
     lhs_n, rhs_n = host(lhs), host(rhs)
-    fns["kreg.run"] = lambda: d.run("gmm", lhs=lhs_n, rhs=rhs_n, group_sizes=sizes)
+    # out in the inputs' dtype, as the framework ops make it (kreg.run's
+    # default out is f32: another key, another answer).
+    fns["kreg.run"] = lambda: d.run("gmm", lhs=lhs_n, rhs=rhs_n, group_sizes=sizes, dtype=dtype)
     if only in (None, "torch"):
         import kreg.torch  # noqa: F401
         offs = torch.cumsum(gs, 0, dtype=torch.int32)
