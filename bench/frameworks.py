@@ -23,7 +23,6 @@ call (a round times `calls` calls after one warm call); ratios are to
 kreg.run and to the framework's own op. Both frameworks get 2 threads.
 """
 import argparse
-import os
 import statistics
 import time
 
