@@ -21,24 +21,42 @@ namespace kreg::python {
 
 namespace py = pybind11;
 
-[[noreturn]] inline void Throw(const absl::Status& status) {
-  const std::string message(status.message());
-  switch (status.code()) {
+// What kind of Python error a kreg status is: the one mapping behind Throw
+// and the C bridge's codes (module.cc, bridge.h).
+enum class ErrorKind { kValue, kMemory, kNotImplemented, kRuntime };
+
+inline ErrorKind KindOf(absl::StatusCode code) {
+  switch (code) {
     case absl::StatusCode::kNotFound:  // an unknown kernel, op or name
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kAlreadyExists:
-      throw py::value_error(message);
+      return ErrorKind::kValue;
     case absl::StatusCode::kResourceExhausted:
+      return ErrorKind::kMemory;
+    case absl::StatusCode::kUnimplemented:
+      return ErrorKind::kNotImplemented;
+    default:
+      return ErrorKind::kRuntime;
+  }
+}
+
+[[noreturn]] inline void Throw(const absl::Status& status) {
+  const std::string message(status.message());
+  switch (KindOf(status.code())) {
+    case ErrorKind::kValue:
+      throw py::value_error(message);
+    case ErrorKind::kMemory:
       PyErr_SetString(PyExc_MemoryError, message.c_str());
       throw py::error_already_set();
-    case absl::StatusCode::kUnimplemented:
+    case ErrorKind::kNotImplemented:
       PyErr_SetString(PyExc_NotImplementedError, message.c_str());
       throw py::error_already_set();
-    default:
-      throw std::runtime_error(message);
+    case ErrorKind::kRuntime:
+      break;
   }
+  throw std::runtime_error(message);
 }
 
 // A file's error: FileNotFoundError when it is missing, OSError when it is
