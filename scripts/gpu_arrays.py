@@ -1,15 +1,21 @@
 """kreg on PyTorch CUDA tensors in place, on the GPU (scripts/gpu_check.sh,
-step 6): kreg.run and Dispatcher.run on a caller's stream (the current one
-and a side stream), and torch.ops.kreg's CUDA kernels on PyTorch's stream,
-each against PyTorch on the same stream without a host synchronisation
-in between. Prints one line per check; exits non-zero if one fails.
+step cuda-arrays): kreg.run and Dispatcher.run on a caller's stream (the
+current one and a side stream), and torch.ops.kreg's CUDA kernels on
+PyTorch's stream, each against PyTorch on the same stream without a host
+synchronisation in between; then kreg.jax's CUDA custom calls under
+jax.jit against jax.lax.top_k and jax.lax.ragged_dot (values and
+gradients), where this Python has JAX with CUDA. Prints one line per
+check; exits non-zero if one fails.
 
     PYTHONPATH=build/release/python python3 scripts/gpu_arrays.py
 """
 
+import os
 import sys
 
 import torch
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX beside PyTorch on one GPU
 
 import kreg
 
@@ -65,7 +71,19 @@ def main():
 
     if shim_error is not None:
         check("import kreg.torch", False, shim_error)
-        return 1
+    else:
+        check_torch_ops(x, k)
+    try:
+        kreg.run("topk/cuda_radix", input=x, k=k, out={"values": torch.empty(64, k)})
+        check("mixed host and CUDA arrays refused", False, "it ran")
+    except ValueError as e:
+        check("mixed host and CUDA arrays refused", "all on the host or all on one CUDA device" in str(e), str(e))
+    torch.cuda.synchronize()
+    check_jax()
+    return 1 if failed else 0
+
+
+def check_torch_ops(x, k):
     values, indices = torch.ops.kreg.topk(x, k)
     want = torch.topk(x, k)
     check("torch.ops.kreg.topk on CUDA", values.is_cuda and torch.equal(values, want.values) and
@@ -82,13 +100,42 @@ def main():
     check("torch.ops.kreg.gmm on CUDA (bf16 in, f32 out)", got.is_cuda and err < 1e-2 * want.abs().max().item(),
           f"max error {err}")
 
+
+def check_jax():
     try:
-        kreg.run("topk/cuda_radix", input=x, k=k, out={"values": torch.empty(64, k)})
-        check("mixed host and CUDA arrays refused", False, "it ran")
-    except ValueError as e:
-        check("mixed host and CUDA arrays refused", "all on the host or all on one CUDA device" in str(e), str(e))
-    torch.cuda.synchronize()
-    return 1 if failed else 0
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+        import kreg.jax as kj
+    except Exception as e:  # noqa: BLE001
+        print(f"kreg.jax does not import here ({type(e).__name__}: {e}): its CUDA checks skipped")
+        return
+    if not kj._CUDA:
+        check("kreg.jax sees JAX's and kreg's GPU", False, f"jax: {jax.devices()}, kreg: {kreg.machine()['gpus_why_none']}")
+        return
+    gpu = jax.devices("cuda")[0]
+    rng = np.random.default_rng(1)
+    x = jax.device_put(rng.standard_normal((64, 50000)).astype(np.float32), gpu)
+    kernel = kj.choice("topk", {"batch": 64, "n": 50000, "k": 32, "largest": 1}, dtype="input=f32", device="cuda")[0]
+    values, indices = jax.jit(lambda x: kj.topk(x, 32))(x)
+    want_values, want_indices = jax.lax.top_k(x, 32)
+    check(f"kreg.jax.topk on CUDA ({kernel})", values.devices() == {gpu} and
+          bool(jnp.array_equal(values, want_values)) and bool(jnp.array_equal(indices, want_indices)))
+
+    sizes = jnp.array([100, 0, 500, 424], jnp.int32)
+    lhs = jax.device_put(rng.standard_normal((1024, 256)).astype(np.float32), gpu)
+    rhs = jax.device_put(rng.standard_normal((4, 256, 128)).astype(np.float32), gpu)
+    got = jax.jit(kj.gmm)(lhs, rhs, sizes)
+    want = jax.lax.ragged_dot(lhs, rhs, sizes, precision=jax.lax.Precision.HIGHEST)
+    err = float(jnp.abs(got - want).max())
+    check("kreg.jax.gmm on CUDA (f32)", got.devices() == {gpu} and err < 1e-3 * float(jnp.abs(want).max()),
+          f"max error {err}")
+    grads = jax.jit(jax.grad(lambda l, r: (kj.gmm(l, r, sizes) ** 2).sum(), (0, 1)))(lhs, rhs)
+    want_grads = jax.grad(lambda l, r: (jax.lax.ragged_dot(l, r, sizes, precision=jax.lax.Precision.HIGHEST) ** 2)
+                          .sum(), (0, 1))(lhs, rhs)
+    errs = [float(jnp.abs(g - w).max() / jnp.abs(w).max()) for g, w in zip(grads, want_grads)]
+    check("kreg.jax.gmm gradients on CUDA (gmm and tgmm)", max(errs) < 1e-3, f"relative errors {errs}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""kreg's topk, gmm and tgmm as JAX operations: XLA FFI custom calls (CPU).
+"""kreg's topk, gmm and tgmm as JAX operations: XLA FFI custom calls (CPU, CUDA).
 
     import jax, jax.numpy as jnp, kreg.jax
 
@@ -7,12 +7,15 @@
     grads = jax.grad(lambda l, r: kreg.jax.gmm(l, r, gs).sum(), (0, 1))(lhs, rhs)
 
 The handlers live in ``libkreg_xla.so`` beside this file (a C library: XLA's
-FFI and kreg's registry, no Python), registered for the CPU platform as
-``kreg_topk``, ``kreg_gmm`` and ``kreg_tgmm``. Which kernel runs is asked of
-the tuning tables once per traced shape, at trace time (``TuningDb.query``:
-the shipped tables, with ``use_table(path)``'s in front), and handed to the
-handler as attributes (kernel, configuration, threads); the handler parses
-each configuration once. gmm's and tgmm's tables are keyed by a data class
+FFI and kreg's registry, no Python), registered for the CPU and CUDA
+platforms as ``kreg_topk``, ``kreg_gmm`` and ``kreg_tgmm``. Which kernel runs
+is asked of the tuning tables once per traced shape, at trace time
+(``TuningDb.query``: the shipped tables, with ``use_table(path)``'s in
+front), and handed to the handler as attributes (kernel, configuration,
+threads); the handler parses each configuration once. Where JAX has CUDA
+devices, each call is a ``jax.lax.platform_dependent`` of two: the CPU
+table's answer for the CPU, the GPU's (``device="cuda"``) for CUDA, whose
+handler takes XLA's device buffers in place and runs on XLA's stream. gmm's and tgmm's tables are keyed by a data class
 that their group sizes decide, which a trace does not see: the trace asks
 for ``balanced`` (every computed group at most twice the mean), the common
 case of a trained router.
@@ -38,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import TuningDb, _registry
+from . import TuningDb, _registry, machine
 
 __all__ = ["topk", "gmm", "tgmm", "use_table", "choice"]
 
@@ -52,11 +55,25 @@ def _register():
                           "names a Python with jax")
     lib = ctypes.CDLL(_LIBRARY)
     for op, target in _TARGETS.items():
-        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, f"kreg_xla_{op}_cpu")), platform="cpu")
+        for platform in ("cpu", "CUDA"):
+            handler = getattr(lib, f"kreg_xla_{op}_{platform.lower()}")
+            jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler), platform=platform)
     return lib
 
 
+def _has_cuda():
+    """Whether JAX and kreg both see a CUDA GPU. Where only JAX does, calls
+    lower the CPU's answer for every platform, which the CUDA handler
+    refuses (a CPU kernel), naming it."""
+    try:
+        jax_gpus = jax.devices("cuda")
+    except RuntimeError:  # no CUDA backend in this jaxlib, or no GPU
+        return False
+    return bool(jax_gpus) and bool(machine()["gpus"])
+
+
 _lib = _register()
+_CUDA = _has_cuda()
 _table = TuningDb()
 
 
@@ -79,23 +96,34 @@ def _dtype_name(dtype):
 
 
 @functools.lru_cache(maxsize=4096)
-def _answer(op, dims, dtype, with_, data_class):
+def _answer(op, dims, dtype, with_, data_class, device):
     answer = _table.query(op, dict(dims), dtype=dtype, with_=with_, data_class=data_class, registry=_registry(None),
-                          record=True)
+                          device=device, record=True)
     config = " ".join(f"{name}={','.join(map(str, v)) if isinstance(v, list) else v}"
                       for name, v in answer["params"].items())
     return answer["kernel"], config, int(answer["threads"])
 
 
-def choice(op, dims, *, dtype, with_="", data_class=""):
+def choice(op, dims, *, dtype, with_="", data_class="", device="cpu"):
     """What a trace of ``op`` with ``dims`` (a dict of dims and integer
-    attributes, as ``kreg query``) runs: (kernel, config, threads)."""
-    return _answer(op, tuple(sorted(dims.items())), dtype, with_, data_class)
+    attributes, as ``kreg query``) runs on ``device`` ("cpu" or "cuda"):
+    (kernel, config, threads)."""
+    return _answer(op, tuple(sorted(dims.items())), dtype, with_, data_class, device)
 
 
-def _attrs(op, dims, dtype, with_="", data_class=""):
-    kernel, config, threads = choice(op, dims, dtype=dtype, with_=with_, data_class=data_class)
-    return {"kernel": kernel, "config": config, "threads": np.int64(threads)}
+def _call(op, dims, operands, outs, attrs, vmap_method, **query):
+    """The custom call of ``op`` on ``operands`` giving ``outs``, with
+    ``attrs``; on each platform JAX lowers it for, it runs what the tables
+    answer there for ``dims`` and ``query`` (choice's dtype, with_,
+    data_class)."""
+    def on(device):
+        kernel, config, threads = choice(op, dims, **query, device=device)
+        call = jax.ffi.ffi_call(_TARGETS[op], outs, vmap_method=vmap_method)
+        return lambda *xs: call(*xs, kernel=kernel, config=config, threads=np.int64(threads), **attrs)
+
+    if not _CUDA:
+        return on("cpu")(*operands)
+    return jax.lax.platform_dependent(*operands, cpu=on("cpu"), cuda=on("cuda"))
 
 
 def _i64(value):
@@ -108,13 +136,13 @@ def _i64(value):
 def _topk_call(x, row_starts, row_ends, k, largest):
     lead, n = x.shape[:-1], x.shape[-1]
     present = [(name, a) for name, a in (("row_starts", row_starts), ("row_ends", row_ends)) if a is not None]
-    attrs = _attrs("topk", {"batch": math.prod(lead), "n": n, "k": k, "largest": int(largest)},
-                   f"input={_dtype_name(x.dtype)}", ",".join(name for name, _ in present))
+    dims = {"batch": math.prod(lead), "n": n, "k": k, "largest": int(largest)}
     outs = (jax.ShapeDtypeStruct(lead + (k,), x.dtype), jax.ShapeDtypeStruct(lead + (k,), jnp.int32))
+    attrs = {"largest": _i64(largest), "has_row_starts": _i64(row_starts is not None),
+             "has_row_ends": _i64(row_ends is not None)}
     # The handler folds leading dims into batch, so vmap only adds one more.
-    call = jax.ffi.ffi_call(_TARGETS["topk"], outs, vmap_method="broadcast_all")
-    return call(x, *(a for _, a in present), largest=_i64(largest), has_row_starts=_i64(row_starts is not None),
-                has_row_ends=_i64(row_ends is not None), **attrs)
+    return _call("topk", dims, (x, *(a for _, a in present)), outs, attrs, "broadcast_all",
+                 dtype=f"input={_dtype_name(x.dtype)}", with_=",".join(name for name, _ in present))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
@@ -175,12 +203,13 @@ def _gmm_call(lhs, rhs, group_sizes, existing_out, transpose_rhs, group_offset, 
     dims = {"m": m, "k": k, "n": n, "groups": group_sizes.shape[0], "local_groups": local_groups,
             "transpose_rhs": int(transpose_rhs), "group_offset": group_offset}
     dtype = f"lhs={_dtype_name(lhs.dtype)},rhs={_dtype_name(rhs.dtype)},out={_dtype_name(out_dtype)}"
-    attrs = _attrs("gmm", dims, dtype, "existing_out" if existing_out is not None else "", "balanced")
-    # vmap runs one call per element (each batch member has its own groups).
-    call = jax.ffi.ffi_call(_TARGETS["gmm"], jax.ShapeDtypeStruct((m, n), out_dtype), vmap_method="sequential")
     extra = () if existing_out is None else (existing_out,)
-    return call(lhs, rhs, group_sizes, *extra, transpose_rhs=_i64(transpose_rhs), group_offset=_i64(group_offset),
-                has_existing_out=_i64(existing_out is not None), **attrs)
+    attrs = {"transpose_rhs": _i64(transpose_rhs), "group_offset": _i64(group_offset),
+             "has_existing_out": _i64(existing_out is not None)}
+    # vmap runs one call per element (each batch member has its own groups).
+    return _call("gmm", dims, (lhs, rhs, group_sizes, *extra), jax.ShapeDtypeStruct((m, n), out_dtype), attrs,
+                 "sequential", dtype=dtype, with_="existing_out" if existing_out is not None else "",
+                 data_class="balanced")
 
 
 def _tgmm_call(lhs, rhs, group_sizes, group_offset, local_groups, out_dtype):
@@ -189,10 +218,8 @@ def _tgmm_call(lhs, rhs, group_sizes, group_offset, local_groups, out_dtype):
     dims = {"k": k, "m": m, "n": n, "groups": group_sizes.shape[0], "local_groups": local_groups,
             "group_offset": group_offset}
     dtype = f"lhs={_dtype_name(lhs.dtype)},rhs={_dtype_name(rhs.dtype)},out={_dtype_name(out_dtype)}"
-    attrs = _attrs("tgmm", dims, dtype, "", "balanced")
-    call = jax.ffi.ffi_call(_TARGETS["tgmm"], jax.ShapeDtypeStruct((local_groups, k, n), out_dtype),
-                            vmap_method="sequential")
-    return call(lhs, rhs, group_sizes, group_offset=_i64(group_offset), **attrs)
+    return _call("tgmm", dims, (lhs, rhs, group_sizes), jax.ShapeDtypeStruct((local_groups, k, n), out_dtype),
+                 {"group_offset": _i64(group_offset)}, "sequential", dtype=dtype, data_class="balanced")
 
 
 def _alike(a, b):

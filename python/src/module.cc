@@ -161,8 +161,8 @@ void BindFunctions(py::module_& m) {
   m.def("set_log_level", [](const std::string& level) { SetLogLevel(Value(ParseLogLevel(level))); },
         py::arg("level"), "'error', 'warn', 'info' or 'debug' (KREG_LOG's values); messages go to stderr.");
   m.def("log_level", [] { return std::string(LogLevelName(GetLogLevel())); });
-  m.def("machine", [] { return MachineDict(ThisMachine()); },
-        "This machine's fingerprint, as `kreg machine --json`.");
+  m.def("machine", &ThisMachineDict,
+        "This machine's fingerprint and the GPUs kreg sees (or why none), as `kreg machine --json`.");
 }
 
 void BindKernel(py::module_& m) {
@@ -279,17 +279,16 @@ int BridgeError(const absl::Status& status, char* error, size_t error_cap) {
     std::copy_n(message.data(), n, error);
     error[n] = '\0';
   }
-  switch (status.code()) {
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kFailedPrecondition:
+  switch (KindOf(status.code())) {
+    case ErrorKind::kValue:
       return KREG_BRIDGE_BAD_ARGUMENT;
-    case absl::StatusCode::kResourceExhausted:
+    case ErrorKind::kMemory:
       return KREG_BRIDGE_NO_MEMORY;
-    default:
-      return KREG_BRIDGE_FAILED;
+    case ErrorKind::kNotImplemented:
+    case ErrorKind::kRuntime:
+      break;
   }
+  return KREG_BRIDGE_FAILED;
 }
 
 // kreg_bridge_run (bridge.h) over a Dispatcher.

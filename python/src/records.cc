@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kreg/lut.h"
@@ -95,6 +96,25 @@ py::dict MachineDict(const tuning::Machine& machine) {
     gpu["driver"] = Str(g.driver());
     out["gpu"] = gpu;
   }
+  return out;
+}
+
+py::dict ThisMachineDict() {
+  py::dict out = MachineDict(ThisMachine());
+  const absl::StatusOr<std::vector<GpuInfo>> gpus = CudaDevices();
+  py::list list;
+  for (const GpuInfo& g : gpus.ok() ? *gpus : std::vector<GpuInfo>{}) {
+    py::dict gpu;
+    gpu["ordinal"] = g.ordinal;
+    gpu["name"] = Str(g.name);
+    gpu["sm"] = g.sm;
+    gpu["sms"] = g.num_sms;
+    gpu["memory_bytes"] = g.memory_bytes;
+    gpu["driver"] = Str(g.driver);
+    list.append(gpu);
+  }
+  out["gpus"] = list;
+  out["gpus_why_none"] = gpus.ok() ? py::object(py::none()) : py::object(Str(gpus.status().message()));
   return out;
 }
 

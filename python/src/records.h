@@ -24,6 +24,10 @@ py::dict ParamsDict(const tuning::Config& config);
 py::dict ParamsDict(const Kernel& kernel, const Config& config);
 // {"id", "model", "vendor", "arch", "uarch", "isa", "cores", "class"[, "gpu"]}.
 py::dict MachineDict(const tuning::Machine& machine);
+// This machine's MachineDict and the GPUs kreg's CUDA backend sees, as `kreg
+// machine --json`: "gpus" [{"ordinal", "name", "sm", "sms", "memory_bytes",
+// "driver"}], "gpus_why_none" (None where there are some).
+py::dict ThisMachineDict();
 // {"key", "kernel", "version", "params", "match", "incomplete", "tuned_dims",
 // "distance", "median_ns", "machine", "why", "threads", "table"}.
 py::dict AnswerDict(const QueryRecord& record);

@@ -215,6 +215,78 @@ def check_errors(plugin):
         d.run("topk", k=20, out={"values": np.zeros((6, 20), np.float32)}, **arrays)
 
 
+# ---- kreg.jax's CUDA handlers -----------------------------------------------------
+# XLA's CPU has no CUDA stream, so these run test_kreg_xla_stand_in
+# (KREG_XLA_STAND_IN): libkreg_xla's CUDA handlers built to take the fixed
+# stream STAND_IN_STREAM, registered for the CPU under targets of their own.
+STAND_IN_STREAM = 0x57a9d
+
+
+def jax_stand_in(plugin):
+    """kreg, kreg.jax, jax and the stand-in's last stream, with kreg.jax's
+    calls going to the CUDA handlers over the stand-in device and asking
+    the tables for the GPU ("cuda") on the CPU platform."""
+    os.environ["KREG_PLUGIN_PATH"] = os.path.dirname(plugin)  # for the handlers' registry
+    kreg, reg, last_stream = stand_in(plugin)
+    import jax
+    import kreg.jax as kj
+    lib = ctypes.CDLL(os.environ["KREG_XLA_STAND_IN"])
+    for op in kj._TARGETS:
+        kj._TARGETS[op] = f"kreg_stand_in_{op}"
+        jax.ffi.register_ffi_target(kj._TARGETS[op], jax.ffi.pycapsule(getattr(lib, f"kreg_xla_{op}_cuda")),
+                                    platform="cpu")
+    return kreg, reg, kj, jax, last_stream
+
+
+def check_jax_traces_ask_the_gpus_table(plugin):
+    """Where JAX has CUDA devices, each call lowers per platform: the CPU's
+    answer for the CPU, the GPU's for CUDA (exported for both here)."""
+    kreg, reg, _ = stand_in(plugin)
+    os.environ["KREG_PLUGIN_PATH"] = os.path.dirname(plugin)
+    import jax
+    import kreg.jax as kj
+    kj._registry = lambda _: reg
+    db = os.path.join(tempfile.mkdtemp(), "t.txtpb")
+    kreg.tune("topk", {"batch": 6, "n": 300, "k": 20}, db, registry=reg, device="cuda", variants=["host_device"],
+              strategy="exhaustive", reps=1, warmup=0)
+    kj.use_table(db)
+    kj._CUDA = True
+    x = np.zeros((6, 300), np.float32)
+    exported = jax.export.export(jax.jit(lambda x: kj.topk(x, 20)), platforms=["cpu", "cuda"],
+                                 disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("kreg_topk")])
+    text = exported(x).mlir_module()
+    cpu_kernel = kj.choice("topk", {"batch": 6, "n": 300, "k": 20, "largest": 1}, dtype="input=f32")[0]
+    assert cpu_kernel != "topk/host_device"
+    assert text.count("@kreg_topk") == 2, text
+    assert 'kernel = "topk/host_device"' in text and f'kernel = "{cpu_kernel}"' in text, text
+
+
+def check_jax_cuda_handlers_in_place(plugin):
+    kreg, reg, kj, jax, last_stream = jax_stand_in(plugin)
+    kernels = {op: f"{op}/host_device" for op in kj._TARGETS}
+    kj.choice = lambda op, dims, **kw: (kernels[op], "", 0)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((6, 300)).astype(np.float32)
+    values, indices = jax.jit(lambda x: kj.topk(x, 20))(x)
+    want_values, want_indices = topk_reference(x, 20)
+    assert (np.asarray(values) == want_values).all() and (np.asarray(indices) == want_indices).all()
+    assert last_stream() == STAND_IN_STREAM
+    lhs = rng.standard_normal((8, 4)).astype(np.float32)
+    rhs = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    sizes = np.array([3, 5], np.int32)
+    want = np.concatenate([lhs[:3] @ rhs[0], lhs[3:] @ rhs[1]])
+    assert np.allclose(jax.jit(kj.gmm)(lhs, rhs, sizes), want, rtol=1e-5, atol=1e-5)
+    # The gradients run gmm with the other transpose and tgmm, on the device too.
+    d_lhs, d_rhs = jax.jit(jax.grad(lambda l, r: kj.gmm(l, r, sizes).sum(), (0, 1)))(lhs, rhs)
+    ones = np.ones((8, 3), np.float32)
+    assert np.allclose(d_lhs, np.concatenate([ones[:3] @ rhs[0].T, ones[3:] @ rhs[1].T]), rtol=1e-5, atol=1e-5)
+    assert np.allclose(d_rhs, np.stack([lhs[:3].T @ ones[:3], lhs[3:].T @ ones[3:]]), rtol=1e-5, atol=1e-5)
+    # A CPU kernel is refused on the device, with kreg's line.
+    kernels["topk"] = "topk/heap"
+    with pytest.raises(Exception, match="topk/heap runs on the CPU, not on a device"):
+        jax.block_until_ready(jax.jit(lambda x: kj.topk(x, 19))(x))
+
+
 CHECKS = [name for name in dir(sys.modules[__name__]) if name.startswith("check_")]
 
 
@@ -223,6 +295,10 @@ def test_cuda_arrays_in_place_on_the_stand_in_device(check):
     backend, plugin = os.environ.get("KREG_HOST_DEVICE_BACKEND"), os.environ.get("KREG_HOST_DEVICE_PLUGIN")
     if not backend or not plugin:
         pytest.skip("KREG_HOST_DEVICE_BACKEND and KREG_HOST_DEVICE_PLUGIN unset (ctest sets them)")
+    if check.startswith("check_jax"):
+        if not os.environ.get("KREG_XLA_STAND_IN"):
+            pytest.skip("KREG_XLA_STAND_IN unset (ctest sets it where libkreg_xla is built)")
+        pytest.importorskip("jax")
     env = dict(os.environ, KREG_CUDA_BACKEND=backend)
     r = subprocess.run([sys.executable, __file__, check, plugin], env=env, capture_output=True, text=True,
                        timeout=300)
