@@ -9,6 +9,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -401,6 +402,73 @@ TEST(TopKRadixTest, StaysExactWhenTheThresholdBucketOverflowsTheBuffer) {
                    input, k);
         RunChecked("topk/radix", {{"first_bits", first_bits}, {"round_bits", round_bits}, {"capacity", "256"}},
                    input, k, false);
+      }
+    }
+  }
+}
+
+TEST(TopKRadixTest, SampledThresholdStaysExactOnAdversarialLongRows) {
+  std::shared_ptr<const Kernel> radix = *TheRegistry().Get("topk/radix");
+  if (!radix->available()) GTEST_SKIP() << Why(*radix);
+  // Rows long enough for the 1024-element sample (8 times it), each a way
+  // the sample can misjudge the row: ties at the threshold, one value, the
+  // special values, sorted rows, and winners exactly at the sampled columns
+  // (the sample sees only them, so too few pass and the row falls back).
+  constexpr int64_t kRows = 7, kLen = 20000;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> rows(kRows * kLen);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  const float specials[] = {nan, -nan, kInf, -kInf, 0.0f, -0.0f, 1.0f};
+  for (int64_t i = 0; i < kLen; ++i) {
+    rows[0 * kLen + i] = normal(rng);
+    rows[1 * kLen + i] = 2.5f;
+    rows[2 * kLen + i] = static_cast<float>(rng() % 3);
+    rows[3 * kLen + i] = (rng() % 4 == 0) ? specials[rng() % 7] : normal(rng);
+    rows[4 * kLen + i] = static_cast<float>(i);
+    rows[5 * kLen + i] = -static_cast<float>(i);
+    rows[6 * kLen + i] = normal(rng) - 10.0f;
+  }
+  // radix.cc's SampledThreshold samples 64 runs of 16, run r from
+  // r * step + (step - 16) / 2, step = len / 64.
+  for (int64_t r = 0; r < 64; ++r) {
+    for (int64_t j = 0; j < 16; ++j) rows[6 * kLen + r * (kLen / 64) + (kLen / 64 - 16) / 2 + j] = 10.0f + normal(rng);
+  }
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    Tensor input(dtype, {kRows, kLen});
+    for (int64_t i = 0; i < input.numel(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &rows[i], 4);
+      if (dtype == DType::kF32) {
+        input.data_as<uint32_t>()[i] = bits;
+      } else {
+        input.data_as<uint16_t>()[i] = static_cast<uint16_t>(bits >> 16);
+      }
+    }
+    const Tensor starts = I32({0, 5, 0, 13, 0, 1, 0}), ends = I32({20000, 19990, 20000, 20000, 17000, 20000, 20000});
+    for (int64_t k : {1, 100, 2048, 5000}) {
+      for (bool largest : {true, false}) {
+        for (bool ranges : {false, true}) {
+          for (const char* sample : {"1024", "0"}) {
+            SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " k=", k, " largest=", largest, " ranges=", ranges,
+                                      " sample=", sample));
+            std::map<std::string, Tensor> inputs = {{"input", input}};
+            if (ranges) {
+              inputs["row_starts"] = starts;
+              inputs["row_ends"] = ends;
+            }
+            std::unique_ptr<Problem> problem = TopKProblem(inputs, k, largest);
+            ASSERT_NE(problem, nullptr);
+            ASSERT_TRUE(problem->ComputeReference().ok());
+            problem->PoisonOutputs();
+            absl::StatusOr<Config> config = radix->ParseConfig({{"sample", sample}, {"capacity", "1024"}});
+            ASSERT_TRUE(config.ok()) << config.status();
+            absl::Status run = radix->Run(*config, *problem->args());
+            ASSERT_TRUE(run.ok()) << run;
+            absl::Status check = problem->CheckOutputs();
+            EXPECT_TRUE(check.ok()) << check;
+          }
+        }
       }
     }
   }

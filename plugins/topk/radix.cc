@@ -9,9 +9,21 @@
 // drops what overflows, a threshold bucket larger than `capacity` is refined
 // by further histogram passes over the whole row until it fits, so the
 // result stays exact for any input.
+//
+// With `sample` > 0 a long row skips the whole-row histogram: the scores of
+// `sample` elements in evenly spaced runs set a threshold that, by their order
+// statistics, a little more than k of the row pass (three standard
+// deviations over k), and one vector pass keeps the elements at or above it
+// with their columns (AVX2: compressed by a permutation table, no branch
+// per element), and those few are sorted. Where fewer
+// than k pass (a sample that misjudged the row, as an adversarial one may)
+// or far more (ties at the threshold), the row is selected as without a
+// sample, so the result is exact either way.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <functional>
 #include <vector>
 
@@ -24,6 +36,7 @@ namespace {
 const int64_t kFirstBits[] = {8, 11, 12};
 const int64_t kRoundBits[] = {4, 8};
 const int64_t kCapacity[] = {256, 1024, 4096, 16384};
+const int64_t kSample[] = {0, 1024};
 
 const kreg_param_desc kFirstBitsParam = {
     .struct_size = sizeof(kreg_param_desc),
@@ -52,22 +65,35 @@ const kreg_param_desc kCapacityParam = {
     .num_values = 4,
     .default_value = 4096,
 };
-const kreg_param_desc* const kParams[] = {&kFirstBitsParam, &kRoundBitsParam, &kCapacityParam};
+const kreg_param_desc kSampleParam = {
+    .struct_size = sizeof(kreg_param_desc),
+    .name = "sample",
+    .doc = "strided elements whose scores set a first threshold (0: histogram the whole row)",
+    .kind = KREG_PARAM_INT,
+    .values = kSample,
+    .num_values = 2,
+    .default_value = 1024,
+};
+const kreg_param_desc* const kParams[] = {&kFirstBitsParam, &kRoundBitsParam, &kCapacityParam, &kSampleParam};
 
 struct Scratch {
-  std::vector<uint32_t> scores;
+  std::vector<uint32_t> scores;  // the row's, or the sampled pass's survivors'
+  std::vector<int32_t> cols;     // the survivors' columns
   std::vector<uint32_t> hist;
-  std::vector<int32_t> cand;  // offsets into scores, in column order
-  std::vector<uint64_t> tmp;  // SortByScore's
+  std::vector<uint32_t> counts;  // Histogram's interleaved counts
+  std::vector<int32_t> cand;     // offsets into scores, in column order
+  std::vector<uint64_t> tmp;     // SortBest's
 };
 
 // Histogram of digit(scores[i]) over the offsets `idx` (or all of scores
 // when idx is null) into hist, four interleaved counts so that runs of one
 // bucket do not serialise on a single counter.
 template <typename Digit>
-void Histogram(const uint32_t* scores, const int32_t* idx, int64_t n, Digit digit, std::vector<uint32_t>& hist) {
+void Histogram(const uint32_t* scores, const int32_t* idx, int64_t n, Digit digit, std::vector<uint32_t>& hist,
+               std::vector<uint32_t>& counts) {
   const size_t buckets = hist.size();
-  std::vector<uint32_t> h(4 * buckets, 0);
+  counts.assign(4 * buckets, 0);
+  uint32_t* h = counts.data();
   int64_t i = 0;
   auto at = [&](int64_t j) { return scores[idx ? idx[j] : j]; };
   for (; i + 4 <= n; i += 4) {
@@ -100,36 +126,56 @@ __attribute__((target("avx2"))) int64_t ForEachAtLeast(const uint32_t* scores, i
   return i;
 }
 
-// Sorts packed keys best first by score alone: a stable LSD radix sort over
-// the four score bytes (bytes every key shares are skipped). REQUIRES: keys
-// of equal score appear in column order, as Select collects them.
-void SortByScore(std::vector<uint64_t>& keys, std::vector<uint64_t>& tmp) {
+// Sorts packed keys best first: score down, then column up (the packed
+// keys' own order). A stable LSD radix sort over the bits where scores
+// differ (`differ`: the OR of every score XOR one of them; 0 computes it),
+// in as few passes of at most 12 bits as they need (two for the k best of
+// a row of normal data, one for bf16's), `counts` and `tmp` its room.
+// REQUIRES: keys of equal score appear in column order, as Select collects
+// them.
+void SortBest(std::vector<uint64_t>& keys, std::vector<uint64_t>& tmp, std::vector<uint32_t>& counts,
+              uint32_t differ = 0) {
   const size_t n = keys.size();
   if (n < 64) {
     std::sort(keys.begin(), keys.end(), std::greater<>());
     return;
   }
-  tmp.resize(n);
-  size_t count[4][256] = {};
-  for (uint64_t key : keys) {
-    for (int d = 0; d < 4; ++d) ++count[d][0xff - ((key >> (32 + 8 * d)) & 0xff)];
+  if (differ == 0) {
+    for (uint64_t key : keys) differ |= static_cast<uint32_t>((key ^ keys[0]) >> 32);
+    if (differ == 0) return;  // one score: column order already
   }
-  uint64_t* src = keys.data();
-  uint64_t* dst = tmp.data();
-  for (int d = 0; d < 4; ++d) {
-    const int shift = 32 + 8 * d;
-    size_t* c = count[d];
-    if (c[0xff - ((src[0] >> shift) & 0xff)] == n) continue;
-    size_t pos = 0;
-    for (int b = 0; b < 256; ++b) {
-      const size_t here = c[b];
+  // Scores share every bit outside [low, low + bits): those order them.
+  const int low = __builtin_ctz(differ);
+  const int bits = 32 - __builtin_clz(differ) - low;
+  const int passes = (bits + 11) / 12;
+  const int width = (bits + passes - 1) / passes;
+  const uint32_t mask = (1u << width) - 1;
+  const size_t buckets = size_t{1} << width;
+  // Digit p of a key, counted from the top so that better keys come first.
+  auto digit = [&](uint64_t key, int p) { return mask - ((key >> (32 + low + p * width)) & mask); };
+  // One count of a digit after another stalls on the last; where the
+  // digits are narrow (bf16's), four interleaved counts take turns.
+  const size_t copies = width <= 10 ? 4 : 1;
+  counts.assign(copies * passes * buckets, 0);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t* c = counts.data() + (i % copies) * passes * buckets;
+    for (int p = 0; p < passes; ++p) ++c[p * buckets + digit(keys[i], p)];
+  }
+  for (size_t copy = 1; copy < copies; ++copy) {
+    for (size_t b = 0; b < passes * buckets; ++b) counts[b] += counts[copy * passes * buckets + b];
+  }
+  tmp.resize(n);
+  for (int p = 0; p < passes; ++p) {
+    uint32_t* c = counts.data() + p * buckets;
+    uint32_t pos = 0;
+    for (size_t b = 0; b < buckets; ++b) {
+      const uint32_t here = c[b];
       c[b] = pos;
       pos += here;
     }
-    for (size_t i = 0; i < n; ++i) dst[c[0xff - ((src[i] >> shift) & 0xff)]++] = src[i];
-    std::swap(src, dst);
+    for (uint64_t key : keys) tmp[c[digit(key, p)]++] = key;
+    keys.swap(tmp);
   }
-  if (src != keys.data()) std::memcpy(keys.data(), src, n * sizeof(uint64_t));
 }
 
 // Scores of a row: auto-vectorised, once per ISA, picked at load time.
@@ -159,33 +205,23 @@ uint32_t ThresholdBucket(const std::vector<uint32_t>& hist, int64_t need, int64_
   return 0;
 }
 
-void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end, int64_t k,
-            int first_bits, int round_bits, int64_t capacity, bool avx2, Scratch& s,
-            std::vector<uint64_t>& out) {
-  const int64_t len = end - start;
-  out.clear();
-  if (k == 0 || len == 0) return;
-  s.scores.resize(len);
-  uint32_t* scores = s.scores.data();
-  const char* first = static_cast<const char*>(row) + start * (bf16 ? 2 : 4);
-  ComputeScores(first, bf16, len, largest ? 0u : 0xffffffffu, scores);
-  if (len <= k) {
-    out.resize(len);
-    for (int64_t i = 0; i < len; ++i) out[i] = Pack(scores[i], start + i);
-    SortByScore(out, s.tmp);
-    return;
-  }
+// The radix select of the k best of `len` scores, whose columns are
+// cols[i] (or base + i without cols), into `out`, sorted best first.
+// REQUIRES: k < len; cols ascending.
+void SelectScores(const uint32_t* scores, const int32_t* cols, int64_t base, int64_t len, int64_t k, int first_bits,
+                  int round_bits, int64_t capacity, bool avx2, Scratch& s, std::vector<uint64_t>& out) {
+  auto col = [&](int64_t i) { return cols != nullptr ? cols[i] : base + i; };
 
   // First pass: the bucket of the top first_bits bits that holds the k-th.
   int bits = first_bits;
   s.hist.assign(size_t{1} << bits, 0);
-  Histogram(scores, nullptr, len, [&](uint32_t x) { return x >> (32 - first_bits); }, s.hist);
+  Histogram(scores, nullptr, len, [&](uint32_t x) { return x >> (32 - first_bits); }, s.hist, s.counts);
   int64_t better = 0;
   uint32_t prefix = ThresholdBucket(s.hist, k, &better);
   int64_t need = k - better;
   int64_t in_bucket = s.hist[prefix];
 
-  // Overflow: refine the threshold bucket over the whole row until it fits.
+  // Overflow: refine the threshold bucket over all the scores until it fits.
   while (in_bucket > capacity && bits < 32) {
     const int rb = std::min(round_bits, 32 - bits);
     const uint32_t mask = (1u << rb) - 1;
@@ -214,7 +250,7 @@ void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end
   const int shift = 32 - bits;
   auto visit = [&](int64_t i) {  // branch-free: better and candidate are equally likely
     const uint32_t p = scores[i] >> shift;
-    o[n_out] = Pack(scores[i], start + i);
+    o[n_out] = Pack(scores[i], col(i));
     n_out += p > prefix;
     c[n_cand] = static_cast<int32_t>(i);
     n_cand += (p == prefix) & (n_cand < cand_limit);
@@ -234,14 +270,14 @@ void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end
     const uint32_t mask = (1u << rb) - 1;
     const int sh = 32 - bits - rb;
     s.hist.assign(size_t{1} << rb, 0);
-    Histogram(scores, c, n_cand, [&](uint32_t x) { return (x >> sh) & mask; }, s.hist);
+    Histogram(scores, c, n_cand, [&](uint32_t x) { return (x >> sh) & mask; }, s.hist, s.counts);
     int64_t sub_better = 0;
     const uint32_t sub = ThresholdBucket(s.hist, need, &sub_better);
     int64_t kept = 0;
     for (int64_t j = 0; j < n_cand; ++j) {
       const int32_t at = c[j];
       const uint32_t d = (scores[at] >> sh) & mask;
-      o[n_out] = Pack(scores[at], start + at);
+      o[n_out] = Pack(scores[at], col(at));
       n_out += d > sub;
       c[kept] = at;
       kept += d == sub;
@@ -250,24 +286,263 @@ void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end
     need -= sub_better;
     bits += rb;
   }
-  for (int64_t j = 0; j < need; ++j) o[n_out++] = Pack(scores[c[j]], start + c[j]);
+  for (int64_t j = 0; j < need; ++j) o[n_out++] = Pack(scores[c[j]], col(c[j]));
   out.resize(n_out);
-  SortByScore(out, s.tmp);
+  SortBest(out, s.tmp, s.counts);
+}
+
+// A score that, by the order statistics of `sample` elements of the row, a
+// little more than k of its `len` scores reach: the sample's best within
+// three standard deviations past k's expected rank there. The sample is
+// runs of kSampleRun consecutive elements, evenly spaced (a run is a cache
+// line of f32: single strided elements cost a line each, for one score).
+// 0 where k is too large a share of the row for a sample to help.
+// REQUIRES: len >= 8 * sample; sample a multiple of kSampleRun.
+constexpr int64_t kSampleRun = 16;
+
+uint32_t SampledThreshold(const void* first, bool bf16, uint32_t flip, int64_t len, int64_t k, int64_t sample,
+                          Scratch& s) {
+  const double expected = static_cast<double>(k) * static_cast<double>(sample) / static_cast<double>(len);
+  const int64_t rank = static_cast<int64_t>(std::ceil(expected + 3 * std::sqrt(expected) + 2));
+  if (rank >= sample / 2) return 0;
+  s.scores.resize(sample);
+  const int64_t runs = sample / kSampleRun;
+  const int64_t step = len / runs;
+  const size_t size = bf16 ? 2 : 4;
+  auto run_at = [&](int64_t r) { return static_cast<const char*>(first) + (r * step + (step - kSampleRun) / 2) * size; };
+  for (int64_t r = 0; r < runs; ++r) {  // every run's lines asked for at once, not one miss after another
+    __builtin_prefetch(run_at(r));
+    __builtin_prefetch(run_at(r) + (kSampleRun - 1) * size);
+  }
+  for (int64_t r = 0; r < runs; ++r) {
+    const int64_t at = r * step + (step - kSampleRun) / 2;
+    for (int64_t j = 0; j < kSampleRun; ++j) {
+      const uint32_t bits = bf16 ? static_cast<uint32_t>(static_cast<const uint16_t*>(first)[at + j]) << 16
+                                 : static_cast<const uint32_t*>(first)[at + j];
+      s.scores[r * kSampleRun + j] = OrderedKey(bits) ^ flip;
+    }
+  }
+  // The rank-th best sample score, its top 16 bits (the rest 0: a little
+  // lower, so a few more pass): two 8-bit histogram rounds.
+  int64_t need = rank;
+  auto bucket = [&need](const uint32_t* hist) {  // the one holding the need-th best
+    int b = 255;
+    for (; b > 0 && need > hist[b]; --b) need -= hist[b];
+    return static_cast<uint32_t>(b);
+  };
+  uint32_t hist[256] = {};
+  for (uint32_t x : s.scores) ++hist[x >> 24];
+  const uint32_t top = bucket(hist);
+  std::fill(std::begin(hist), std::end(hist), 0);
+  for (uint32_t x : s.scores) hist[(x >> 16) & 0xff] += (x >> 24) == top;
+  return top << 24 | bucket(hist) << 16;
+}
+
+// 256 permutations of 8 lanes, each moving the lanes its index's bits name
+// to the front in order: the AVX2 stand-in for AVX-512's compress.
+const std::array<std::array<int32_t, 8>, 256> kCompress = [] {
+  std::array<std::array<int32_t, 8>, 256> table{};
+  for (int m = 0; m < 256; ++m) {
+    int n = 0;
+    for (int lane = 0; lane < 8; ++lane) {
+      if (m & (1 << lane)) table[m][n++] = lane;
+    }
+  }
+  return table;
+}();
+
+// OrderedKey of eight float32 bits, as the scalar one.
+__attribute__((target("avx2"))) inline __m256i OrderedKeys(__m256i u) {
+  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
+  u = _mm256_andnot_si256(_mm256_cmpeq_epi32(u, sign), u);  // -0 as +0
+  const __m256i key = _mm256_xor_si256(u, _mm256_or_si256(_mm256_srai_epi32(u, 31), sign));
+  return _mm256_blendv_epi8(key, _mm256_set1_epi32(static_cast<int>(0xfffffffeu)), nan);
+}
+
+// CollectAtLeast (below) without a vector ISA.
+int64_t CollectAtLeastScalar(const void* first, bool bf16, int64_t len, uint32_t flip, uint32_t t, int64_t base,
+                             int64_t limit, uint32_t* scores, int32_t* cols) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < len; ++i) {
+    const uint32_t bits = bf16 ? static_cast<uint32_t>(static_cast<const uint16_t*>(first)[i]) << 16
+                               : static_cast<const uint32_t*>(first)[i];
+    const uint32_t key = OrderedKey(bits) ^ flip;
+    scores[n] = key;
+    cols[n] = static_cast<int32_t>(base + i);
+    n += key >= t;
+    if (n > limit) return -1;
+  }
+  return n;
+}
+
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+// GCC 12 takes the intrinsics' undefined pass-through source for an
+// uninitialised read.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// OrderedKey of sixteen float32 bits.
+__attribute__((target("avx512f"))) inline __m512i OrderedKeys512(__m512i u) {
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  u = _mm512_maskz_mov_epi32(_mm512_cmpneq_epi32_mask(u, sign), u);  // -0 as +0
+  const __m512i key = _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), sign));
+  return _mm512_mask_mov_epi32(key, nan, _mm512_set1_epi32(static_cast<int>(0xfffffffeu)));
+}
+
+// How many elements ahead the scans ask for the row's lines.
+constexpr int64_t kPrefetchAhead = 512;
+
+// CollectAtLeast sixteen at a time, with AVX-512's compress. REQUIRES:
+// room for limit + 16 in each output.
+__attribute__((target("avx512f"))) int64_t CollectAtLeast512(const void* first, bool bf16, int64_t len,
+                                                             uint32_t flip, uint32_t t, int64_t base, int64_t limit,
+                                                             uint32_t* scores, int32_t* cols) {
+  const __m512i vt = _mm512_set1_epi32(static_cast<int>(t));
+  const __m512i vflip = _mm512_set1_epi32(static_cast<int>(flip));
+  __m512i col = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(base)),
+                                 _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __m512i sixteen = _mm512_set1_epi32(16);
+  int64_t n = 0;
+  int64_t i = 0;
+  const char* bytes = static_cast<const char*>(first);
+  const int64_t size = bf16 ? 2 : 4;
+  for (; i + 16 <= len; i += 16) {
+    _mm_prefetch(bytes + (i + kPrefetchAhead) * size, _MM_HINT_T0);
+    const __m512i u =
+        bf16 ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                     reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(first) + i))),
+                                 16)
+             : _mm512_loadu_si512(static_cast<const uint32_t*>(first) + i);
+    const __m512i key = _mm512_xor_si512(OrderedKeys512(u), vflip);
+    const __mmask16 m = _mm512_cmpge_epu32_mask(key, vt);
+    _mm512_storeu_si512(scores + n, _mm512_maskz_compress_epi32(m, key));
+    _mm512_storeu_si512(cols + n, _mm512_maskz_compress_epi32(m, col));
+    n += __builtin_popcount(m);
+    col = _mm512_add_epi32(col, sixteen);
+    if (n > limit) return -1;
+  }
+  const int64_t rest = CollectAtLeastScalar(static_cast<const char*>(first) + i * (bf16 ? 2 : 4), bf16, len - i, flip,
+                                            t, base + i, limit - n, scores + n, cols + n);
+  return rest < 0 ? -1 : n + rest;
+}
+
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// Writes the scores at or above t of the row's [0, len) elements and their
+// columns (base + i) to scores and cols, in column order; returns how many,
+// or -1 once more than `limit` pass. REQUIRES: t > 0; room for limit + 8 in
+// each output.
+__attribute__((target("avx2"))) int64_t CollectAtLeast(const void* first, bool bf16, int64_t len, uint32_t flip,
+                                                       uint32_t t, int64_t base, int64_t limit, uint32_t* scores,
+                                                       int32_t* cols) {
+  const __m256i bias = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i below = _mm256_set1_epi32(static_cast<int>((t ^ 0x80000000u) - 1));
+  const __m256i vflip = _mm256_set1_epi32(static_cast<int>(flip));
+  __m256i col = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(base)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i eight = _mm256_set1_epi32(8);
+  int64_t n = 0;
+  int64_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    const __m256i u =
+        bf16 ? _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(
+                                     reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(first) + i))),
+                                 16)
+             : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint32_t*>(first) + i));
+    const __m256i key = _mm256_xor_si256(OrderedKeys(u), vflip);
+    const int m = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_xor_si256(key, bias), below)));
+    const __m256i perm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kCompress[m].data()));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(scores + n), _mm256_permutevar8x32_epi32(key, perm));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(cols + n), _mm256_permutevar8x32_epi32(col, perm));
+    n += __builtin_popcount(static_cast<unsigned>(m));
+    col = _mm256_add_epi32(col, eight);
+    if (n > limit) return -1;
+  }
+  for (; i < len; ++i) {
+    const uint32_t bits = bf16 ? static_cast<uint32_t>(static_cast<const uint16_t*>(first)[i]) << 16
+                               : static_cast<const uint32_t*>(first)[i];
+    const uint32_t key = OrderedKey(bits) ^ flip;
+    scores[n] = key;
+    cols[n] = static_cast<int32_t>(base + i);
+    n += key >= t;
+    if (n > limit) return -1;
+  }
+  return n;
+}
+
+struct RadixConfig {
+  int first_bits;
+  int round_bits;
+  int64_t capacity;
+  int64_t sample;
+  bool avx2;
+  bool avx512;
+};
+
+void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end, int64_t k, const RadixConfig& cfg,
+            Scratch& s, std::vector<uint64_t>& out) {
+  const int64_t len = end - start;
+  out.clear();
+  if (k == 0 || len == 0) return;
+  const char* first = static_cast<const char*>(row) + start * (bf16 ? 2 : 4);
+  const uint32_t flip = largest ? 0u : 0xffffffffu;
+  if (cfg.sample > 0 && len >= 8 * cfg.sample && len > k) {
+    if (const uint32_t t = SampledThreshold(first, bf16, flip, len, k, cfg.sample, s); t > 0) {
+      // Room for twice the survivors the sample predicts; more means ties
+      // at t or a sample that misjudged the row.
+      const int64_t limit = std::min(len, 2 * (k + len / cfg.sample) + 64);
+      s.scores.resize(limit + 16);
+      s.cols.resize(limit + 16);
+      auto* collect = cfg.avx512 ? CollectAtLeast512 : cfg.avx2 ? CollectAtLeast : CollectAtLeastScalar;
+      const int64_t n = collect(first, bf16, len, flip, t, start, limit, s.scores.data(), s.cols.data());
+      if (n >= k) {  // a few more than k: sorting them all is cheaper than selecting first
+        out.resize(n);
+        uint32_t differ = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          out[i] = Pack(s.scores[i], s.cols[i]);
+          differ |= s.scores[i] ^ s.scores[0];
+        }
+        if (differ != 0) SortBest(out, s.tmp, s.counts, differ);
+        out.resize(k);
+        return;
+      }
+    }
+  }
+  s.scores.resize(len);
+  uint32_t* scores = s.scores.data();
+  ComputeScores(first, bf16, len, flip, scores);
+  if (len <= k) {
+    out.resize(len);
+    for (int64_t i = 0; i < len; ++i) out[i] = Pack(scores[i], start + i);
+    SortBest(out, s.tmp, s.counts);
+    return;
+  }
+  SelectScores(scores, nullptr, start, len, k, cfg.first_bits, cfg.round_bits, cfg.capacity, cfg.avx2, s, out);
 }
 
 kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg,
                 size_t cap) {
   const bool bf16 = IsBf16(a);
-  const int first_bits = static_cast<int>(Param(config, 0).value);
-  const int round_bits = static_cast<int>(Param(config, 1).value);
-  const int64_t capacity = Param(config, 2).value;
-  // AVX2 only speeds up a scan; the variant itself needs no ISA.
-  const bool avx2 = host != nullptr && KREG_HAS_FIELD(host, kreg_host, isa) && (host->isa & KREG_ISA_AVX2);
+  // AVX2 and AVX-512 only speed up the scans; the variant itself needs no ISA.
+  const uint32_t isa = host != nullptr && KREG_HAS_FIELD(host, kreg_host, isa) ? host->isa : 0;
+  const RadixConfig cfg = {
+      .first_bits = static_cast<int>(Param(config, 0).value),
+      .round_bits = static_cast<int>(Param(config, 1).value),
+      .capacity = Param(config, 2).value,
+      .sample = Param(config, 3).value,
+      .avx2 = (isa & KREG_ISA_AVX2) != 0,
+      .avx512 = (isa & KREG_ISA_AVX512F) != 0,
+  };
   tbb::enumerable_thread_specific<Scratch> scratch;
   const kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
                                                std::vector<uint64_t>& keys) {
-    Select(InputRow(a, r), bf16, a.largest, start, end, a.k, first_bits, round_bits, capacity, avx2,
-           scratch.local(), keys);
+    Select(InputRow(a, r), bf16, a.largest, start, end, a.k, cfg, scratch.local(), keys);
     return 0;
   });
   return Finish(status, msg, cap);
