@@ -26,8 +26,10 @@
 #                            torch._grouped_mm on the CPU, 16 threads
 #   cuda-arrays         30 s scripts/gpu_arrays.py: CUDA tensors taken in place
 #                            by kreg.run, Dispatcher.run and torch.ops.kreg on
-#                            the caller's stream (where the bundle's Python
-#                            package imports there)
+#                            the caller's stream, with the bundle's Python
+#                            package built for PYTHON (python-cp312/ for the
+#                            GPU machine's CPython 3.12 and torch 2.11;
+#                            python/ for the build's own Python)
 #   sweeps              40 s kreg tune --device cuda into one table beside a
 #                            CPU entry, and what the table answers
 # The limits add up to 570 s; the run also stops starting steps once
@@ -46,9 +48,10 @@
 #   KREG_PREFIX=build/release scripts/gpu_check.sh   # a build tree, not the bundle
 # KREG_PREFIX: the bundle (build/gpu-bundle, made by scripts/gpu_bundle.sh)
 # if it is there, else build/release. PYTHON: the Python with PyTorch
-# (python3). CPU_THREADS: the Xeon steps' threads (16, or all the cores if
-# fewer). GPU_CHECK_QUICK=1: the Xeon benchmarks on gmm's skewed shape
-# only, for a dry run on a small machine.
+# (python3); kreg's Python package is the one of PREFIX/python* whose _kreg
+# is built for it (its extension suffix). CPU_THREADS: the Xeon steps'
+# threads (16, or all the cores if fewer). GPU_CHECK_QUICK=1: the Xeon
+# benchmarks on gmm's skewed shape only, for a dry run on a small machine.
 set -u
 cd "$(dirname "$0")/.."
 prefix=${KREG_PREFIX:-}
@@ -71,6 +74,19 @@ if ! ldconfig -p 2>/dev/null | grep -q libcublas.so.13; then
   cublas=$(find $site /usr/local/cuda*/lib64 /usr/lib /opt /usr/local/lib -name libcublas.so.13 2>/dev/null | head -1)
   [ -n "$cublas" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
 fi
+# The kreg package built for PYTHON: the PREFIX/python* folder whose _kreg
+# has PYTHON's extension suffix (scripts/gpu_bundle.sh packs python/ for the
+# build's Python and python-cp312/ for the GPU machine's); none, if none is.
+python_suffix=$(timeout 20 "$PYTHON" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+python_pkg=
+for dir in "$prefix"/python "$prefix"/python-*; do
+  if [ -n "$python_suffix" ] && [ -e "$dir/kreg/_kreg$python_suffix" ]; then
+    python_pkg=$dir
+    break
+  fi
+done
+export python_suffix python_pkg
+
 # Whether there is a GPU to check, asked once; the GPU steps skip without.
 gpu_line=$(timeout 20 "$kreg" machine 2>&1 | grep '^gpus')
 if timeout 20 "$kreg" machine --json 2>/dev/null | grep -q '"gpus":\[{'; then
@@ -201,14 +217,24 @@ step_sweeps() {
   exit $failed
 }
 step_cuda_arrays() {
-  needs_gpu
-  # The bundle's Python package is built for the build machine's Python and
-  # torch; elsewhere it says so and skips.
-  if ! PYTHONPATH="$prefix/python" "$PYTHON" -c "import kreg.torch, torch; assert torch.cuda.is_available()"; then
-    echo "kreg.torch does not import in $PYTHON with a CUDA torch (the package is built for another Python or torch): skipped"
+  # The package built for PYTHON (python_pkg, above); its torch shim is built
+  # for one torch version: with another it says so and skips.
+  if [ -z "$python_pkg" ]; then
+    echo "no kreg package in $prefix for $PYTHON (_kreg${python_suffix:-?}): skipped"
     exit 77
   fi
-  PYTHONPATH="$prefix/python" "$PYTHON" -u scripts/gpu_arrays.py
+  echo "kreg package for $PYTHON: $python_pkg"
+  needs_gpu
+  PYTHONPATH=$python_pkg "$PYTHON" -c '
+import sys, torch
+try:
+    import kreg.torch
+except Exception as e:
+    sys.exit(f"kreg.torch does not import with torch {torch.__version__} ({type(e).__name__}: {e}): skipped")
+if not torch.cuda.is_available():
+    sys.exit(f"torch {torch.__version__} sees no GPU: skipped")
+print(f"torch {torch.__version__}; {kreg.torch.__file__}")' 2>&1 || exit 77
+  PYTHONPATH=$python_pkg "$PYTHON" -u scripts/gpu_arrays.py
 }
 export -f step_gpu step_cuda_conformance step_sanitizer step_gpu_peers step_xeon_conformance \
   step_xeon_gmm_bench step_xeon_torch step_cuda_arrays step_sweeps
@@ -220,6 +246,7 @@ budget=${GPU_CHECK_BUDGET:-570}
 names=() statuses=() seconds=()
 failures=0
 echo "gpu_check: prefix $prefix, output $out, $cores cores (Xeon steps: $CPU_THREADS threads), GPU: $HAVE_GPU," \
+  "Python package: ${python_pkg:-none for $PYTHON}," \
   "budget ${budget} s"
 number=0
 for entry in "${steps[@]}"; do
