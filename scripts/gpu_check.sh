@@ -5,13 +5,13 @@
 #   step              limit  what
 #   gpu                 30 s what kreg sees (nvidia-smi, kreg machine, lscpu)
 #                            and the CUDA backend's test (device_test)
-#   cuda-conformance   130 s every CUDA kernel (topk/cuda_radix, gmm and tgmm
+#   cuda-conformance   120 s every CUDA kernel (topk/cuda_radix, gmm and tgmm
 #                            cuda_grouped and cuda_cublas) against the CPU
 #                            reference: every configuration the tuner
 #                            searches, top-k's adversarial rows, the grouped
 #                            partitions (empty groups, mid-tile starts,
 #                            offsets, transposed rhs, existing_out, f32/bf16)
-#   sanitizer           75 s compute-sanitizer memcheck and racecheck, small
+#   sanitizer           70 s compute-sanitizer memcheck and racecheck, small
 #                            grids of each CUDA kernel
 #   gpu-peers          100 s bench/gpu_peers.py: the workloads, kreg
 #                            (tuned, 6 s each) against torch.topk and
@@ -24,9 +24,10 @@
 #                            oneDNN per group and dense
 #   xeon-torch          40 s bench/cpu_grouped_peers.py: kreg against
 #                            torch._grouped_mm on the CPU, 16 threads
-#   cuda-arrays         30 s scripts/gpu_arrays.py: CUDA tensors taken in place
+#   cuda-arrays         45 s scripts/gpu_arrays.py: CUDA tensors taken in place
 #                            by kreg.run, Dispatcher.run and torch.ops.kreg on
-#                            the caller's stream, with the bundle's Python
+#                            the caller's stream, and kreg.jax's CUDA custom
+#                            calls under jax.jit, with the bundle's Python
 #                            package built for PYTHON (python-cp312/ for the
 #                            GPU machine's CPython 3.12 and torch 2.11;
 #                            python/ for the build's own Python)
@@ -240,8 +241,8 @@ export -f step_gpu step_cuda_conformance step_sanitizer step_gpu_peers step_xeon
   step_xeon_gmm_bench step_xeon_torch step_cuda_arrays step_sweeps
 
 # ---- Running them ----------------------------------------------------------------
-steps=(gpu:30 cuda-conformance:130 sanitizer:75 gpu-peers:100 xeon-conformance:70 xeon-gmm-bench:55
-       xeon-torch:40 cuda-arrays:30 sweeps:40)
+steps=(gpu:30 cuda-conformance:120 sanitizer:70 gpu-peers:100 xeon-conformance:70 xeon-gmm-bench:55
+       xeon-torch:40 cuda-arrays:45 sweeps:40)
 budget=${GPU_CHECK_BUDGET:-570}
 names=() statuses=() seconds=()
 failures=0
