@@ -410,10 +410,11 @@ TEST(TopKRadixTest, StaysExactWhenTheThresholdBucketOverflowsTheBuffer) {
 TEST(TopKRadixTest, SampledThresholdStaysExactOnAdversarialLongRows) {
   std::shared_ptr<const Kernel> radix = *TheRegistry().Get("topk/radix");
   if (!radix->available()) GTEST_SKIP() << Why(*radix);
-  // Rows long enough for the 1024-element sample (8 times it), each a way
-  // the sample can misjudge the row: ties at the threshold, one value, the
-  // special values, sorted rows, and winners exactly at the sampled columns
-  // (the sample sees only them, so too few pass and the row falls back).
+  // Rows long enough for radix's 1024-element sample (8 times it), each a
+  // way the sample can misjudge the row: ties at the threshold, one value,
+  // the special values, sorted rows, and winners exactly at the sampled
+  // columns (the sample sees only them, so too few pass and the row falls
+  // back to the whole-row histogram, as too many do).
   constexpr int64_t kRows = 7, kLen = 20000;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> rows(kRows * kLen);
@@ -449,9 +450,9 @@ TEST(TopKRadixTest, SampledThresholdStaysExactOnAdversarialLongRows) {
     for (int64_t k : {1, 100, 2048, 5000}) {
       for (bool largest : {true, false}) {
         for (bool ranges : {false, true}) {
-          for (const char* sample : {"1024", "0"}) {
+          for (const char* capacity : {"1024", "256"}) {
             SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " k=", k, " largest=", largest, " ranges=", ranges,
-                                      " sample=", sample));
+                                      " capacity=", capacity));
             std::map<std::string, Tensor> inputs = {{"input", input}};
             if (ranges) {
               inputs["row_starts"] = starts;
@@ -461,7 +462,7 @@ TEST(TopKRadixTest, SampledThresholdStaysExactOnAdversarialLongRows) {
             ASSERT_NE(problem, nullptr);
             ASSERT_TRUE(problem->ComputeReference().ok());
             problem->PoisonOutputs();
-            absl::StatusOr<Config> config = radix->ParseConfig({{"sample", sample}, {"capacity", "1024"}});
+            absl::StatusOr<Config> config = radix->ParseConfig({{"capacity", capacity}});
             ASSERT_TRUE(config.ok()) << config.status();
             absl::Status run = radix->Run(*config, *problem->args());
             ASSERT_TRUE(run.ok()) << run;

@@ -10,8 +10,8 @@
 // by further histogram passes over the whole row until it fits, so the
 // result stays exact for any input.
 //
-// With `sample` > 0 a long row skips the whole-row histogram: the scores of
-// `sample` elements in evenly spaced runs set a threshold that, by their order
+// A row of 8 * kSample elements or more skips the whole-row histogram: the
+// scores of kSample elements in evenly spaced runs set a threshold that, by their order
 // statistics, a little more than k of the row pass (three standard
 // deviations over k), and one vector pass keeps the elements at or above it
 // with their columns (AVX2: compressed by a permutation table, no branch
@@ -36,7 +36,6 @@ namespace {
 const int64_t kFirstBits[] = {8, 11, 12};
 const int64_t kRoundBits[] = {4, 8};
 const int64_t kCapacity[] = {256, 1024, 4096, 16384};
-const int64_t kSample[] = {0, 1024};
 
 const kreg_param_desc kFirstBitsParam = {
     .struct_size = sizeof(kreg_param_desc),
@@ -65,16 +64,7 @@ const kreg_param_desc kCapacityParam = {
     .num_values = 4,
     .default_value = 4096,
 };
-const kreg_param_desc kSampleParam = {
-    .struct_size = sizeof(kreg_param_desc),
-    .name = "sample",
-    .doc = "strided elements whose scores set a first threshold (0: histogram the whole row)",
-    .kind = KREG_PARAM_INT,
-    .values = kSample,
-    .num_values = 2,
-    .default_value = 1024,
-};
-const kreg_param_desc* const kParams[] = {&kFirstBitsParam, &kRoundBitsParam, &kCapacityParam, &kSampleParam};
+const kreg_param_desc* const kParams[] = {&kFirstBitsParam, &kRoundBitsParam, &kCapacityParam};
 
 struct Scratch {
   std::vector<uint32_t> scores;  // the row's, or the sampled pass's survivors'
@@ -291,22 +281,22 @@ void SelectScores(const uint32_t* scores, const int32_t* cols, int64_t base, int
   SortBest(out, s.tmp, s.counts);
 }
 
-// A score that, by the order statistics of `sample` elements of the row, a
+// A score that, by the order statistics of kSample elements of the row, a
 // little more than k of its `len` scores reach: the sample's best within
 // three standard deviations past k's expected rank there. The sample is
 // runs of kSampleRun consecutive elements, evenly spaced (a run is a cache
 // line of f32: single strided elements cost a line each, for one score).
 // 0 where k is too large a share of the row for a sample to help.
-// REQUIRES: len >= 8 * sample; sample a multiple of kSampleRun.
+// REQUIRES: len >= 8 * kSample.
+constexpr int64_t kSample = 1024;
 constexpr int64_t kSampleRun = 16;
 
-uint32_t SampledThreshold(const void* first, bool bf16, uint32_t flip, int64_t len, int64_t k, int64_t sample,
-                          Scratch& s) {
-  const double expected = static_cast<double>(k) * static_cast<double>(sample) / static_cast<double>(len);
+uint32_t SampledThreshold(const void* first, bool bf16, uint32_t flip, int64_t len, int64_t k, Scratch& s) {
+  const double expected = static_cast<double>(k) * static_cast<double>(kSample) / static_cast<double>(len);
   const int64_t rank = static_cast<int64_t>(std::ceil(expected + 3 * std::sqrt(expected) + 2));
-  if (rank >= sample / 2) return 0;
-  s.scores.resize(sample);
-  const int64_t runs = sample / kSampleRun;
+  if (rank >= kSample / 2) return 0;
+  s.scores.resize(kSample);
+  const int64_t runs = kSample / kSampleRun;
   const int64_t step = len / runs;
   const size_t size = bf16 ? 2 : 4;
   auto run_at = [&](int64_t r) { return static_cast<const char*>(first) + (r * step + (step - kSampleRun) / 2) * size; };
@@ -480,7 +470,6 @@ struct RadixConfig {
   int first_bits;
   int round_bits;
   int64_t capacity;
-  int64_t sample;
   bool avx2;
   bool avx512;
 };
@@ -492,11 +481,11 @@ void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end
   if (k == 0 || len == 0) return;
   const char* first = static_cast<const char*>(row) + start * (bf16 ? 2 : 4);
   const uint32_t flip = largest ? 0u : 0xffffffffu;
-  if (cfg.sample > 0 && len >= 8 * cfg.sample && len > k) {
-    if (const uint32_t t = SampledThreshold(first, bf16, flip, len, k, cfg.sample, s); t > 0) {
+  if (len >= 8 * kSample && len > k) {
+    if (const uint32_t t = SampledThreshold(first, bf16, flip, len, k, s); t > 0) {
       // Room for twice the survivors the sample predicts; more means ties
       // at t or a sample that misjudged the row.
-      const int64_t limit = std::min(len, 2 * (k + len / cfg.sample) + 64);
+      const int64_t limit = std::min(len, 2 * (k + len / kSample) + 64);
       s.scores.resize(limit + 16);
       s.cols.resize(limit + 16);
       auto* collect = cfg.avx512 ? CollectAtLeast512 : cfg.avx2 ? CollectAtLeast : CollectAtLeastScalar;
@@ -535,7 +524,6 @@ kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* h
       .first_bits = static_cast<int>(Param(config, 0).value),
       .round_bits = static_cast<int>(Param(config, 1).value),
       .capacity = Param(config, 2).value,
-      .sample = Param(config, 3).value,
       .avx2 = (isa & KREG_ISA_AVX2) != 0,
       .avx512 = (isa & KREG_ISA_AVX512F) != 0,
   };
