@@ -384,9 +384,6 @@ __attribute__((target("avx512f"))) inline __m512i OrderedKeys512(__m512i u) {
   return _mm512_mask_mov_epi32(key, nan, _mm512_set1_epi32(static_cast<int>(0xfffffffeu)));
 }
 
-// How many elements ahead the scans ask for the row's lines.
-constexpr int64_t kPrefetchAhead = 512;
-
 // CollectAtLeast sixteen at a time, with AVX-512's compress. REQUIRES:
 // room for limit + 16 in each output.
 __attribute__((target("avx512f"))) int64_t CollectAtLeast512(const void* first, bool bf16, int64_t len,
@@ -399,10 +396,7 @@ __attribute__((target("avx512f"))) int64_t CollectAtLeast512(const void* first, 
   const __m512i sixteen = _mm512_set1_epi32(16);
   int64_t n = 0;
   int64_t i = 0;
-  const char* bytes = static_cast<const char*>(first);
-  const int64_t size = bf16 ? 2 : 4;
   for (; i + 16 <= len; i += 16) {
-    _mm_prefetch(bytes + (i + kPrefetchAhead) * size, _MM_HINT_T0);
     const __m512i u =
         bf16 ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
                                      reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(first) + i))),
@@ -454,16 +448,9 @@ __attribute__((target("avx2"))) int64_t CollectAtLeast(const void* first, bool b
     col = _mm256_add_epi32(col, eight);
     if (n > limit) return -1;
   }
-  for (; i < len; ++i) {
-    const uint32_t bits = bf16 ? static_cast<uint32_t>(static_cast<const uint16_t*>(first)[i]) << 16
-                               : static_cast<const uint32_t*>(first)[i];
-    const uint32_t key = OrderedKey(bits) ^ flip;
-    scores[n] = key;
-    cols[n] = static_cast<int32_t>(base + i);
-    n += key >= t;
-    if (n > limit) return -1;
-  }
-  return n;
+  const int64_t rest = CollectAtLeastScalar(static_cast<const char*>(first) + i * (bf16 ? 2 : 4), bf16, len - i, flip,
+                                            t, base + i, limit - n, scores + n, cols + n);
+  return rest < 0 ? -1 : n + rest;
 }
 
 struct RadixConfig {
