@@ -390,6 +390,11 @@ struct Lut::Impl {
   // The best->limit items of `group` nearest `q` (log2 coordinates in the
   // group's order).
   void Nearest(const Group& group, const float* q, Best* best) const;
+  // Nearest's search over `d` coordinates (kD of them when kD > 0, so the
+  // loops unroll; the sums are in the same order either way, so the
+  // distances are the same to the bit).
+  template <size_t kD>
+  static void SearchTree(const Group& group, size_t d, const float* q, Best* best);
 
   // Builds the k-d tree of `g` over items [begin, end) of `coords` (row-major,
   // `d` per item, permuted along with g->items). Returns the node.
@@ -407,8 +412,12 @@ struct Lut::Impl {
   // grid points a crossover lies between outvoted the farther one even
   // where the farther one's winner was 1.3x faster). Ties go to the nearer; the
   // nearest usable entry, `nearest`, answers when it is not among them.
-  std::pair<uint32_t, float> Consensus(const Group& group, const float* q, const ShapeArgs& shape, uint32_t skip,
+  // `best`: the kCandidates nearest entries.
+  std::pair<uint32_t, float> Consensus(const Best& best, const ShapeArgs& shape, uint32_t skip,
                                        std::pair<uint32_t, float> nearest) const;
+  // How much slower than each neighbour of `best` (all but `skip` and those
+  // that cannot answer) `winner` is, weighted by nearness.
+  float Slowdown(const Best& best, uint32_t skip, const Item& winner) const;
   static float SlowerAt(const Item& at, const Item& winner);
 
   // Every item of `group` by distance from `q`.
