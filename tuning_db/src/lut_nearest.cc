@@ -234,7 +234,7 @@ std::pair<uint32_t, float> Lut::Impl::Consensus(const Best& best, const ShapeArg
   };
   auto score = [&](const Item& winner) {
     for (const auto& [seen, s] : scored) {
-      if (seen->trial_hash == winner.trial_hash && seen->trial.variant() == winner.trial.variant()) return s;
+      if (seen->trial_hash == winner.trial_hash && seen->variant == winner.variant) return s;
     }
     scored.emplace_back(&winner, Slowdown(best, skip, winner));
     return scored.back().second;
@@ -267,12 +267,13 @@ float Lut::Impl::Slowdown(const Best& best, uint32_t skip, const Item& winner) c
   return sum / weights;
 }
 
-float Lut::Impl::SlowerAt(const Item& at, const Item& winner) {
-  auto it = std::lower_bound(at.ranked.begin(), at.ranked.end(),
-                             std::make_pair(winner.trial_hash, -std::numeric_limits<float>::infinity()));
-  if (it != at.ranked.end() && it->first == winner.trial_hash) return it->second;
-  for (const auto& [variant, slower] : at.variants) {
-    if (variant == winner.trial.variant()) return slower + kOtherConfigLog2;
+float Lut::Impl::SlowerAt(const Item& at, const Item& winner) const {
+  const auto* begin = ranked.data() + at.ranked_begin;
+  const auto* end = begin + at.ranked_count;
+  const auto* it = std::lower_bound(begin, end, std::make_pair(winner.trial_hash, -std::numeric_limits<float>::infinity()));
+  if (it != end && it->first == winner.trial_hash) return it->second;
+  for (uint32_t v = at.slowdowns_begin; v < at.slowdowns_begin + at.slowdowns_count; ++v) {
+    if (slowdowns[v].first == winner.variant) return slowdowns[v].second + kOtherConfigLog2;
   }
   return kUnmeasuredLog2;
 }
