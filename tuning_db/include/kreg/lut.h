@@ -45,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/arena.h"
 #include "kreg/kreg_tuning.pb.h"
 #include "kreg/machine.h"
 #include "kreg/op.h"
@@ -170,6 +171,12 @@ class TuningDb {
  public:
   // An empty database of the current schema.
   TuningDb();
+  TuningDb(const TuningDb& other);
+  TuningDb& operator=(const TuningDb& other);
+  // A moved-from TuningDb is empty (no schema_version).
+  TuningDb(TuningDb&& other) noexcept;
+  TuningDb& operator=(TuningDb&& other) noexcept;
+  ~TuningDb();
 
   // Reads `path` (binary or text; see the file comment).
   static absl::StatusOr<TuningDb> Load(const std::string& path);
@@ -262,8 +269,8 @@ class TuningDb {
   // file's best and runner_up are folded in on load); best and runner_up
   // are the two fastest OK trials (lowest median_ns; ties by variant, then
   // configuration).
-  const tuning::Database& proto() const { return db_; }
-  size_t size() const { return static_cast<size_t>(db_.entries_size()); }
+  const tuning::Database& proto() const { return *db_; }
+  size_t size() const { return static_cast<size_t>(db_->entries_size()); }
   // Protobuf text format.
   std::string ToText() const;
   // Protobuf's JSON mapping (field names as in the .proto), for programs.
@@ -288,7 +295,8 @@ class TuningDb {
 
   // FromProto without making strings valid UTF-8 (for parsed files, whose
   // strings protobuf has checked).
-  static absl::StatusOr<TuningDb> Adopt(tuning::Database database);
+  // Adopts `database` (copying what it keeps; left changed).
+  static absl::StatusOr<TuningDb> Adopt(tuning::Database* database);
   // Index of the entry for `key` (dims in any order), added if missing; or -1.
   int FindOrAddEntry(const tuning::ProblemKey& key);
   int FindEntryIndex(const tuning::ProblemKey& key) const;
@@ -303,7 +311,11 @@ class TuningDb {
   void SyncWinners(int entry);
   void Reindex();
 
-  tuning::Database db_;
+  // The database lives on its own arena: a table of ten thousand entries
+  // is a hundred thousand small messages, cheaper to allocate and to free
+  // there. Never null.
+  std::unique_ptr<google::protobuf::Arena> arena_;
+  tuning::Database* db_;
   std::string unchecked_;
   absl::flat_hash_map<std::string, int> entries_;  // key id -> index in entries
   std::vector<EntryIndex> index_;                  // parallel to db_.entries()
