@@ -282,6 +282,49 @@ absl::Status CheckNumbers(const tuning::Database& db) {
 
 }  // namespace
 
+namespace {
+
+// Whether any message of `db` holds fields this schema does not know. A
+// walk over the generated types, as protobuf's reflective
+// DiscardUnknownFields lists every field of every message (a sixth of a
+// load); Files.UnknownFieldsAreDroppedFromEveryMessage checks that the walk
+// reaches every message type of the schema.
+bool HasUnknownFields(const tuning::Database& db) {
+  auto unknown = [](const google::protobuf::Message& m) {
+    return !m.GetReflection()->GetUnknownFields(m).empty();
+  };
+  auto trial_unknown = [&](const Trial& t) {
+    if (unknown(t) || unknown(t.config())) return true;
+    for (const tuning::ParamValue& p : t.config().params()) {
+      if (unknown(p) || (p.has_list_value() && unknown(p.list_value()))) return true;
+    }
+    return false;
+  };
+  if (unknown(db)) return true;
+  for (const tuning::Machine& m : db.machines()) {
+    if (unknown(m) || (m.has_gpu() && unknown(m.gpu()))) return true;
+  }
+  for (const tuning::CommModel& m : db.comm_models()) {
+    if (unknown(m)) return true;
+  }
+  for (const tuning::Entry& e : db.entries()) {
+    if (unknown(e) || unknown(e.key())) return true;
+    for (const tuning::Dim& d : e.key().dims()) {
+      if (unknown(d)) return true;
+    }
+    if ((e.has_best() && trial_unknown(e.best())) || (e.has_runner_up() && trial_unknown(e.runner_up()))) return true;
+    for (const Trial& t : e.trials()) {
+      if (trial_unknown(t)) return true;
+    }
+    for (const Trial& t : e.partial()) {
+      if (trial_unknown(t)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 absl::StatusOr<TuningDb> TuningDb::FromProto(tuning::Database database) {
   Sanitize(&database);
   return Adopt(&database);
@@ -291,7 +334,7 @@ absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database* parsed) {
   tuning::Database& database = *parsed;
   // Fields this kreg does not know (a newer kreg's: it bumps schema_version
   // for any it needs kept) are dropped, so what it prints parses again.
-  database.DiscardUnknownFields();
+  if (HasUnknownFields(database)) database.DiscardUnknownFields();
   if (database.schema_version() == 0) {
     return absl::DataLossError("no schema_version: not a kreg tuning database");
   }
@@ -310,7 +353,7 @@ absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database* parsed) {
   for (tuning::Machine& m : *database.mutable_machines()) out.AddMachine(std::move(m));
   for (const tuning::CommModel& m : database.comm_models()) out.SetCommModel(m);
   for (tuning::Entry& e : *database.mutable_entries()) {
-    const int index = out.FindOrAddEntry(e.key());
+    const int index = out.FindOrAddEntry(e.key(), KeyStrings::kValidUtf8);  // parsed or sanitized
     tuning::Entry* entry = out.db_->mutable_entries(index);
     // A slim file's only trials are its winners. Where the winners are
     // among the trials too, the trials are the truth: the winner fields

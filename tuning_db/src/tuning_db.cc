@@ -48,12 +48,12 @@ void TuningDb::AddMachine(tuning::Machine machine) {
   *db_->add_machines() = std::move(machine);
 }
 
-int TuningDb::FindOrAddEntry(const tuning::ProblemKey& key) {
+int TuningDb::FindOrAddEntry(const tuning::ProblemKey& key, KeyStrings strings) {
   auto [it, added] = entries_.try_emplace(KeyId(key), db_->entries_size());
   if (added) {
     tuning::ProblemKey* stored = db_->add_entries()->mutable_key();
     *stored = key;
-    Sanitize(stored);
+    if (strings == KeyStrings::kUnchecked) Sanitize(stored);
     index_.emplace_back();
     db_->set_entry_count(static_cast<uint64_t>(db_->entries_size()));
   }

@@ -294,11 +294,14 @@ class TuningDb {
   };
 
   // FromProto without making strings valid UTF-8 (for parsed files, whose
-  // strings protobuf has checked).
-  // Adopts `database` (copying what it keeps; left changed).
+  // strings protobuf has checked): copies what it keeps of `*database`,
+  // which it leaves changed.
   static absl::StatusOr<TuningDb> Adopt(tuning::Database* database);
+  // Whether a key's strings are known to be valid UTF-8 already (a parsed
+  // or sanitized table's), or are made so when stored.
+  enum class KeyStrings { kUnchecked, kValidUtf8 };
   // Index of the entry for `key` (dims in any order), added if missing; or -1.
-  int FindOrAddEntry(const tuning::ProblemKey& key);
+  int FindOrAddEntry(const tuning::ProblemKey& key, KeyStrings strings = KeyStrings::kUnchecked);
   int FindEntryIndex(const tuning::ProblemKey& key) const;
   // Upserts; `keep_newer` keeps an existing trial that was measured later
   // (at the same second: as `ties` says).
