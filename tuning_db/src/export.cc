@@ -44,7 +44,7 @@ std::string WinnerText(const Trial& t) {
 
 std::string TuningDb::Diff(const TuningDb& a, const TuningDb& b) {
   std::vector<std::string> lines;
-  for (const tuning::Entry& ea : a.db_.entries()) {
+  for (const tuning::Entry& ea : a.db_->entries()) {
     const tuning::Entry* found = b.FindEntry(ea.key());
     if (found == nullptr) {
       lines.push_back(absl::StrCat("only in a: ", KeyString(ea.key())));
@@ -65,7 +65,7 @@ std::string TuningDb::Diff(const TuningDb& a, const TuningDb& b) {
                                    ea.best().median_ns(), eb.best().median_ns())));
     }
   }
-  for (const tuning::Entry& eb : b.db_.entries()) {
+  for (const tuning::Entry& eb : b.db_->entries()) {
     if (a.FindEntry(eb.key()) == nullptr) {
       lines.push_back(absl::StrCat("only in b: ", KeyString(eb.key())));
     }
@@ -80,7 +80,7 @@ std::string TuningDb::Diff(const TuningDb& a, const TuningDb& b) {
 
 std::string TuningDb::ToText() const {
   std::string text;
-  google::protobuf::TextFormat::PrintToString(db_, &text);
+  google::protobuf::TextFormat::PrintToString(*db_, &text);
   return text;
 }
 
@@ -90,7 +90,7 @@ std::string TuningDb::ToJson() const {
   options.preserve_proto_field_names = true;
   std::string json;
   // Cannot fail: the message is valid and has no Any fields to resolve.
-  (void)google::protobuf::util::MessageToJsonString(db_, &json, options);
+  (void)google::protobuf::util::MessageToJsonString(*db_, &json, options);
   return json;
 }
 
@@ -109,7 +109,7 @@ std::string TuningDb::ToCsv() const {
   std::string out =
       "op,dtype,dims,data_class,machine,variant,version,params,threads,status,median_ns,min_ns,max_ns,"
       "relative_iqr,reps,measured_at,error\n";
-  for (const tuning::Entry& e : db_.entries()) {
+  for (const tuning::Entry& e : db_->entries()) {
     const tuning::ProblemKey& k = e.key();
     const std::string key = absl::StrJoin({CsvField(k.op()), CsvField(k.dtype()), CsvField(DimsString(KeyDims(k))),
                                            CsvField(k.data_class()), CsvField(k.machine_id())}, ",");
@@ -126,7 +126,7 @@ std::string TuningDb::ToCsv() const {
 
 std::string TuningDb::Summary() const {
   std::vector<std::string> lines;
-  for (const tuning::Entry& e : db_.entries()) {
+  for (const tuning::Entry& e : db_->entries()) {
     std::string line = absl::StrCat(KeyString(e.key()), " -> ");
     if (e.has_best()) {
       absl::StrAppend(&line, WinnerText(e.best()), "  ", Duration(e.best().median_ns()));

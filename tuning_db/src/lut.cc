@@ -263,7 +263,7 @@ absl::StatusOr<LutAnswer> Lut::QueryOwn(absl::string_view op_name, absl::string_
       i != kNone) {
     answer.trial = nullptr;  // measured elsewhere
     answer.incomplete = false;
-    absl::StrAppend(&answer.why, "; measured default: ", impl.items[i].note);
+    absl::StrAppend(&answer.why, "; measured default: ", impl.Note(impl.items[i]));
     return answer;
   }
   return Impl::OpDefault(op_name, *op_entry, chosen, shape, std::move(answer));

@@ -3,8 +3,10 @@
 // machine, answered by the variant nearest each machine's best).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
-#include <map>
+#include <optional>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -16,6 +18,7 @@
 namespace kreg {
 
 using lut_internal::KernelsByName;
+using lut_internal::kNone;
 using lut_internal::Legal;
 using lut_internal::MakeShape;
 using lut_internal::MeasuredOn;
@@ -28,15 +31,22 @@ namespace {
 std::vector<MeasuredOn> Measure(const std::vector<const tuning::Entry*>& entries,
                                 const KernelsByName& by_name) {
   std::vector<MeasuredOn> measured;
+  std::string name;
   for (const tuning::Entry* e : entries) {
     MeasuredOn m{e, std::numeric_limits<double>::infinity(), {}};
     for (const tuning::Trial& t : e->trials()) {
       if (t.status() != tuning::Trial::OK || !std::isfinite(t.median_ns()) || t.median_ns() <= 0) continue;
-      auto it = by_name.find(absl::StrCat(e->key().op(), "/", t.variant()));
+      name.assign(e->key().op()).append("/").append(t.variant());
+      auto it = by_name.find(name);
       if (it == by_name.end() || it->second->version() != t.variant_version()) continue;
       m.best = std::min(m.best, t.median_ns());
-      const tuning::Trial*& f = m.fastest[it->first];
-      if (f == nullptr || t.median_ns() < f->median_ns()) f = &t;
+      auto f = std::find_if(m.fastest.begin(), m.fastest.end(),
+                            [&](const lut_internal::Fastest& x) { return x.name == &it->first; });
+      if (f == m.fastest.end()) {
+        m.fastest.push_back({&it->first, it->second.get(), &t});
+      } else if (t.median_ns() < f->trial->median_ns()) {
+        f->trial = &t;
+      }
     }
     if (!m.fastest.empty()) measured.push_back(std::move(m));
   }
@@ -46,23 +56,23 @@ std::vector<MeasuredOn> Measure(const std::vector<const tuning::Entry*>& entries
 // Variants by geometric-mean slowdown over the machines that measured them
 // (those available here and measured on at least half of them), best first:
 // ties to the more often measured, then by name.
-std::vector<VariantScore> Score(const std::vector<MeasuredOn>& measured, const KernelsByName& by_name) {
-  std::map<std::string, std::pair<double, size_t>> sums;
+std::vector<VariantScore> Score(const std::vector<MeasuredOn>& measured) {
+  std::vector<VariantScore> sums;  // log_ratio: the sum so far
   for (const MeasuredOn& m : measured) {
-    for (const auto& [name, t] : m.fastest) {
-      auto& [sum, count] = sums[name];
-      sum += std::log(t->median_ns() / m.best);
-      ++count;
+    for (const lut_internal::Fastest& f : m.fastest) {
+      auto it = std::find_if(sums.begin(), sums.end(), [&](const VariantScore& v) { return v.name == f.name; });
+      if (it == sums.end()) it = sums.insert(sums.end(), {0, 0, f.name, f.kernel});
+      it->log_ratio += std::log(f.trial->median_ns() / m.best);
+      ++it->count;
     }
   }
   std::vector<VariantScore> scores;
-  for (const auto& [name, sum_count] : sums) {
-    const auto& [sum, count] = sum_count;
-    if (2 * count < measured.size() || !by_name.at(name)->available()) continue;
-    scores.push_back({sum / static_cast<double>(count), count, name});
+  for (const VariantScore& v : sums) {
+    if (2 * v.count < measured.size() || !v.kernel->available()) continue;
+    scores.push_back({v.log_ratio / static_cast<double>(v.count), v.count, v.name, v.kernel});
   }
   std::sort(scores.begin(), scores.end(), [](const VariantScore& a, const VariantScore& b) {
-    return std::tie(a.log_ratio, b.count, a.name) < std::tie(b.log_ratio, a.count, b.name);
+    return std::tie(a.log_ratio, b.count, *a.name) < std::tie(b.log_ratio, a.count, *b.name);
   });
   return scores;
 }
@@ -146,7 +156,8 @@ std::vector<std::string> Lut::Impl::DefaultPreference() const {
   return preference;
 }
 
-void Lut::Impl::AddMeasuredDefaults(const tuning::Database& proto, const KernelsByName& by_name) {
+void Lut::Impl::AddMeasuredDefaults(const tuning::Database& proto, const KernelsByName& by_name,
+                                    lut_internal::BuildScratch* scratch) {
   // The machines' order of preference for a default's configuration: this
   // one, the similar ones, then the rest by id.
   const std::vector<std::string> preference = DefaultPreference();
@@ -154,71 +165,98 @@ void Lut::Impl::AddMeasuredDefaults(const tuning::Database& proto, const Kernels
     auto at = std::find(preference.begin(), preference.end(), id);
     return at == preference.end() ? preference.size() : static_cast<size_t>(at - preference.begin());
   };
-  // Entries per shape (op, dtype signature, data class, canonical dims).
-  struct Shape {
-    const OpEntry* op = nullptr;
-    const tuning::ProblemKey* key = nullptr;
-    Dims dims;
-    std::vector<const tuning::Entry*> entries;
-  };
-  std::map<std::string, Shape> shapes;
-  for (const tuning::Entry& e : proto.entries()) {
+  // Entries per shape (op, dtype signature, data class, canonical dims),
+  // shapes in the order of that text, entries in the table's.
+  std::vector<std::pair<std::string, int>> by_shape;
+  by_shape.reserve(proto.entries_size());
+  for (int i = 0; i < proto.entries_size(); ++i) {
+    const tuning::Entry& e = proto.entries(i);
     const OpEntry* op = FindOp(e.key().op());
     if (op == nullptr || op->FindTypes(e.key().dtype()) == nullptr || e.key().machine_id() == kMeasuredDefaultsId ||
         IsGpuMachineId(e.key().machine_id())) {
       continue;  // GPUs' entries neither: their defaults are the op's CUDA kernels
     }
-    Dims dims = CanonicalDims(*op->op, KeyDims(e.key()));
-    Shape& shape = shapes[absl::StrCat(e.key().op(), "\x1f", e.key().dtype(), "\x1f", e.key().data_class(), "\x1f",
-                                       DimsString(dims))];
-    if (shape.op == nullptr) {
-      shape.op = op;
-      shape.key = &e.key();
-      shape.dims = std::move(dims);
-    }
-    shape.entries.push_back(&e);
+    const uint32_t item = scratch->entry_item[i];
+    const std::string dims =
+        DimsString(item != kNone ? items[item].dims : CanonicalDims(*op->op, KeyDims(e.key())));
+    by_shape.emplace_back(absl::StrCat(e.key().op(), "\x1f", e.key().dtype(), "\x1f", e.key().data_class(), "\x1f", dims), i);
   }
+  std::stable_sort(by_shape.begin(), by_shape.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   const uint32_t machine = InternFew(kMeasuredDefaultsId);
-  for (auto& [id, shape] : shapes) {
-    std::vector<MeasuredOn> measured = Measure(shape.entries, by_name);
+  std::vector<const tuning::Entry*> entries;
+  for (size_t begin = 0, end = 0; begin < by_shape.size(); begin = end) {
+    entries.clear();
+    for (end = begin; end < by_shape.size() && by_shape[end].first == by_shape[begin].first; ++end) {
+      entries.push_back(&proto.entries(by_shape[end].second));
+    }
+    const int first = by_shape[begin].second;
+    const tuning::ProblemKey& key = proto.entries(first).key();
+    const OpEntry& op = *FindOp(key.op());
+    std::vector<MeasuredOn> measured = Measure(entries, by_name);
     if (measured.empty()) continue;
     std::sort(measured.begin(), measured.end(), [&](const MeasuredOn& a, const MeasuredOn& b) {
       return rank_of(a.entry->key().machine_id()) < rank_of(b.entry->key().machine_id()) ||
              (rank_of(a.entry->key().machine_id()) == rank_of(b.entry->key().machine_id()) &&
               a.entry->key().machine_id() < b.entry->key().machine_id());
     });
+    // The entry's item made the same shape-only arguments; they are made
+    // again only for a configuration it did not check.
+    const uint32_t item = scratch->entry_item[first];
+    const Dims dims = item != kNone ? items[item].dims : CanonicalDims(*op.op, KeyDims(key));
     ShapeArgs own;
-    if (!MakeShape(*shape.op->op, *shape.op->FindTypes(shape.key->dtype()), shape.dims, &own).ok()) continue;
-    AddMeasuredDefault(*shape.key, shape.dims, own, measured, Score(measured, by_name), by_name, machine);
+    absl::Status own_status = item != kNone && !scratch->own_shape_ok[first]
+                                  ? absl::InvalidArgumentError("")
+                                  : absl::OkStatus();
+    bool made = false;
+    auto make = [&]() -> const ShapeArgs& {
+      if (!made) own_status = MakeShape(*op.op, *op.FindTypes(key.dtype()), dims, &own);
+      made = true;
+      return own;
+    };
+    if (item == kNone) make();
+    if (!own_status.ok()) continue;
+    AddMeasuredDefault(key, dims, make, measured, Score(measured), *scratch, machine);
   }
 }
 
-void Lut::Impl::AddMeasuredDefault(const tuning::ProblemKey& shape_key, const Dims& dims, const ShapeArgs& own,
+void Lut::Impl::AddMeasuredDefault(const tuning::ProblemKey& shape_key, const Dims& dims,
+                                   const std::function<const ShapeArgs&()>& own,
                                    const std::vector<MeasuredOn>& measured, const std::vector<VariantScore>& scores,
-                                   const KernelsByName& by_name, uint32_t machine) {
+                                   const lut_internal::BuildScratch& scratch, uint32_t machine) {
   // The best-scored variant with a configuration legal for the shape,
   // from the most similar machine that measured it.
   for (const VariantScore& score : scores) {
-    const Kernel& kernel = *by_name.at(score.name);
+    const Kernel& kernel = *score.kernel;
     Item item;
     for (const MeasuredOn& m : measured) {
-      auto it = m.fastest.find(score.name);
-      if (it == m.fastest.end()) continue;
-      absl::StatusOr<Config> config = FromProtoConfig(kernel, it->second->config());
-      if (!config.ok() || !Legal(kernel, *config, own).ok()) continue;
+      const lut_internal::Fastest* f = m.Find(score.name);
+      if (f == nullptr) continue;
+      std::optional<Config> config;
+      if (auto checked = scratch.checked.find(f->trial); checked != scratch.checked.end()) {
+        config = checked->second;
+      } else if (absl::StatusOr<Config> c = FromProtoConfig(kernel, f->trial->config()); c.ok()) {
+        const ShapeArgs& shape = own();
+        if (Legal(kernel, *c, shape).ok()) config = *std::move(c);
+      }
+      if (!config.has_value()) continue;
       item.kernel = &kernel;
       item.config = *std::move(config);
-      item.trial = *it->second;
+      tuning::Trial* trial = google::protobuf::Arena::CreateMessage<tuning::Trial>(&arena);
+      *trial = *f->trial;
+      item.trial = trial;
+      item.threads = trial->threads();
       break;
     }
     if (item.kernel == nullptr) continue;
+    item.variant = InternFew(item.trial->variant());
     item.dims = dims;
     item.key_text = absl::StrCat(shape_key.op(), " ", shape_key.dtype(), " ", DimsString(dims),
                                  shape_key.data_class().empty() ? "" : " [" + shape_key.data_class() + "]",
                                  " (measured default)");
-    item.note = absl::StrFormat("%s, %.2fx the best (geometric mean) on %d of the %d machines that tuned %s",
-                                kernel.name(), std::exp(score.log_ratio), score.count, measured.size(),
-                                DimsString(dims));
+    item.mean_slowdown = std::exp(score.log_ratio);
+    item.measured_on = static_cast<uint32_t>(score.count);
+    item.measured_of = static_cast<uint32_t>(measured.size());
     Key key{InternFew(shape_key.op()),
             InternFew(shape_key.dtype()),
             machine,
@@ -233,6 +271,12 @@ void Lut::Impl::AddMeasuredDefault(const tuning::ProblemKey& shape_key, const Di
     items.push_back(std::move(item));
     break;
   }
+}
+
+std::string Lut::Impl::Note(const Item& item) const {
+  return absl::StrFormat("%s, %.2fx the best (geometric mean) on %d of the %d machines that tuned %s",
+                         item.kernel->name(), item.mean_slowdown, item.measured_on, item.measured_of,
+                         DimsString(item.dims));
 }
 
 }  // namespace kreg

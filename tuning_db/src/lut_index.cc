@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -14,6 +15,7 @@
 
 namespace kreg {
 
+using lut_internal::BuildScratch;
 using lut_internal::Digest;
 using lut_internal::ExactHash;
 using lut_internal::GroupHash;
@@ -41,9 +43,10 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry, con
   }
   impl->AddOps(registry, by_name);
   const tuning::Database& proto = db.proto();
-  impl->AddEntries(proto, by_name);
+  lut_internal::BuildScratch scratch;
+  impl->AddEntries(proto, by_name, &scratch);
   impl->AddMachines(proto);
-  impl->AddMeasuredDefaults(proto, by_name);
+  impl->AddMeasuredDefaults(proto, by_name, &scratch);
   impl->IndexExact();
   impl->IndexGroups();
   return Lut(std::move(impl));
@@ -86,13 +89,15 @@ uint32_t Lut::Impl::Intern(absl::string_view s, absl::flat_hash_map<std::string,
   return it->second;
 }
 
-void Lut::Impl::AddEntries(const tuning::Database& proto, const KernelsByName& by_name) {
+void Lut::Impl::AddEntries(const tuning::Database& proto, const KernelsByName& by_name, BuildScratch* scratch) {
   // One item per entry, answering from its fastest usable trial.
   items.reserve(proto.entries_size());
   keys.reserve(proto.entries_size());
-  absl::flat_hash_map<std::string, uint32_t> interned;
+  scratch->entry_item.assign(proto.entries_size(), kNone);
+  scratch->own_shape_ok.assign(proto.entries_size(), false);
   std::vector<std::pair<std::string, int>> unknown_ops;  // op -> entries, first seen first
-  for (const tuning::Entry& e : proto.entries()) {
+  for (int i = 0; i < proto.entries_size(); ++i) {
+    const tuning::Entry& e = proto.entries(i);
     const std::string& op_name = e.key().op();
     auto found = std::find_if(ops.begin(), ops.end(), [&](const OpEntry& o) { return o.op->name() == op_name; });
     if (found == ops.end()) {
@@ -105,7 +110,7 @@ void Lut::Impl::AddEntries(const tuning::Database& proto, const KernelsByName& b
       }
       continue;
     }
-    AddEntry(e, &*found, by_name, &interned);
+    AddEntry(i, e, &*found, by_name, scratch);
   }
   for (const auto& [op, count] : unknown_ops) {
     warnings.push_back(absl::StrCat("op '", op, "' is not registered (no loaded plugin declares it): ", count,
@@ -113,8 +118,8 @@ void Lut::Impl::AddEntries(const tuning::Database& proto, const KernelsByName& b
   }
 }
 
-void Lut::Impl::AddEntry(const tuning::Entry& e, OpEntry* op_entry, const KernelsByName& by_name,
-                         absl::flat_hash_map<std::string, uint32_t>* interned) {
+void Lut::Impl::AddEntry(int index, const tuning::Entry& e, OpEntry* op_entry, const KernelsByName& by_name,
+                         BuildScratch* scratch) {
   const std::string& op_name = e.key().op();
   const Op& op = *op_entry->op;
   Item item;
@@ -132,6 +137,7 @@ void Lut::Impl::AddEntry(const tuning::Entry& e, OpEntry* op_entry, const Kernel
     op_entry->types.emplace_back(e.key().dtype(), *std::move(parsed));
     types = &op_entry->types.back().second;
   }
+  absl::flat_hash_map<std::string, uint32_t>* interned = &scratch->interned;
   Key key{Intern(op_name, interned),
           Intern(e.key().dtype(), interned),
           Intern(e.key().machine_id(), interned),
@@ -154,37 +160,47 @@ void Lut::Impl::AddEntry(const tuning::Entry& e, OpEntry* op_entry, const Kernel
                    });
   ShapeArgs own;
   const absl::Status own_shape = MakeShape(op, *types, item.dims, &own);
+  scratch->own_shape_ok[index] = own_shape.ok();
   if (!own_shape.ok()) {
     warnings.push_back(absl::StrCat(item.key_text, ": ", own_shape.message(), "; entry skipped"));
   }
   // The fastest trial's staleness, if it was.
   const std::string stale = ChooseTrials(op_name, trials, by_name, own, own_shape,
-                                         IsGpuMachineId(e.key().machine_id()), &item);
+                                         IsGpuMachineId(e.key().machine_id()), &item, scratch);
   if (item.kernel != nullptr) {
-    RankTrials(trials, &item);
     item.problem.clear();
     ++usable;
     if (!stale.empty()) {
       warnings.push_back(absl::StrCat(stale, "; answering from ", item.kernel->name(), " v",
-                                      item.trial.variant_version(), " instead"));
+                                      item.trial->variant_version(), " instead"));
     }
   } else {
     if (trials.empty()) item.problem = absl::StrCat(item.key_text, ": no OK trial");
     if (!stale.empty()) warnings.push_back(absl::StrCat(stale, "; entry skipped"));
   }
+  scratch->entry_item[index] = static_cast<uint32_t>(items.size());
   keys.push_back(key);
   items.push_back(std::move(item));
 }
 
 std::string Lut::Impl::ChooseTrials(const std::string& op_name, const std::vector<const tuning::Trial*>& trials,
                                     const KernelsByName& by_name, const ShapeArgs& own,
-                                    const absl::Status& own_shape, bool on_gpu, Item* item) {
+                                    const absl::Status& own_shape, bool on_gpu, Item* item, BuildScratch* scratch) {
   std::string stale;
   // Thread counts measured (past the fastest, looked for only when the
   // entry has measurements on chosen thread counts).
-  absl::flat_hash_set<int> counts;
-  for (const tuning::Trial* t : trials) counts.insert(t->threads());
+  absl::InlinedVector<int, 4> counts;
+  for (const tuning::Trial* t : trials) {
+    if (std::find(counts.begin(), counts.end(), t->threads()) == counts.end()) counts.push_back(t->threads());
+  }
   if (counts.size() == 1) counts.clear();
+  const tuning::Trial* winner = nullptr;
+  auto copy = [&](const tuning::Trial* t) {
+    if (t == winner && item->trial != nullptr) return item->trial;
+    tuning::Trial* out = google::protobuf::Arena::CreateMessage<tuning::Trial>(&arena);
+    *out = *t;
+    return static_cast<const tuning::Trial*>(out);
+  };
   for (size_t i = 0; i < trials.size() && (item->kernel == nullptr || item->on_threads.size() < counts.size()); ++i) {
     const tuning::Trial& t = *trials[i];
     if (item->kernel != nullptr &&
@@ -212,34 +228,47 @@ std::string Lut::Impl::ChooseTrials(const std::string& op_name, const std::vecto
     } else {
       absl::StatusOr<Config> config = FromProtoConfig(*it->second, t.config());
       absl::Status legal = config.ok() ? Legal(*it->second, *config, own) : config.status();
+      scratch->checked.try_emplace(&t, legal.ok() ? std::optional<Config>(*config) : std::nullopt);
       if (legal.ok() && item->kernel == nullptr) {
+        winner = &t;
         item->kernel = it->second.get();
         item->config = *config;
-        item->trial = t;
+        item->trial = copy(&t);
+        item->threads = t.threads();
       }
       if (legal.ok() && !counts.empty()) {
-        item->on_threads.push_back({t.threads(), it->second.get(), *std::move(config), t});
+        item->on_threads.push_back({t.threads(), it->second.get(), *std::move(config), copy(&t)});
       } else if (!legal.ok()) {
         problem = absl::StrCat(item->key_text, ": ", name, " ", ConfigText(t.config()), ": ", legal.message());
       }
     }
     if (item->problem.empty()) item->problem = std::move(problem);
   }
+  if (item->kernel != nullptr) RankTrials(trials, winner, item, scratch);
   return stale;
 }
 
-void Lut::Impl::RankTrials(const std::vector<const tuning::Trial*>& trials, Item* item) {
-  item->trial_hash = absl::HashOf(TrialId(item->trial));
+void Lut::Impl::RankTrials(const std::vector<const tuning::Trial*>& trials, const tuning::Trial* winner, Item* item,
+                           BuildScratch* scratch) {
+  item->variant = Intern(winner->variant(), &scratch->interned);
+  item->trial_hash = absl::HashOf(TrialId(*winner));
   const double fastest = trials.front()->median_ns();
+  item->ranked_begin = static_cast<uint32_t>(ranked.size());
+  item->slowdowns_begin = static_cast<uint32_t>(slowdowns.size());
   for (const tuning::Trial* t : trials) {
     const float slower = static_cast<float>(std::log2(std::max(1.0, t->median_ns() / std::max(fastest, 1e-9))));
-    if (item->ranked.size() < kRankedTrials) item->ranked.emplace_back(absl::HashOf(TrialId(*t)), slower);
-    if (std::none_of(item->variants.begin(), item->variants.end(),
-                     [&](const auto& v) { return v.first == t->variant(); })) {
-      item->variants.emplace_back(t->variant(), slower);
+    if (ranked.size() - item->ranked_begin < kRankedTrials) {
+      ranked.emplace_back(t == winner ? item->trial_hash : absl::HashOf(TrialId(*t)), slower);
+    }
+    const uint32_t variant = Intern(t->variant(), &scratch->interned);
+    if (std::none_of(slowdowns.begin() + item->slowdowns_begin, slowdowns.end(),
+                     [&](const auto& v) { return v.first == variant; })) {
+      slowdowns.emplace_back(variant, slower);
     }
   }
-  std::sort(item->ranked.begin(), item->ranked.end());
+  item->ranked_count = static_cast<uint32_t>(ranked.size() - item->ranked_begin);
+  item->slowdowns_count = static_cast<uint32_t>(slowdowns.size() - item->slowdowns_begin);
+  std::sort(ranked.begin() + item->ranked_begin, ranked.end());
 }
 
 void Lut::Impl::IndexExact() {

@@ -25,17 +25,21 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/arena.h"
 #include "kreg/lut.h"
 
 namespace kreg {
@@ -208,15 +212,43 @@ using KernelsByName = absl::flat_hash_map<std::string, std::shared_ptr<const Ker
 // Building measured defaults: what one machine measured of a shape (each
 // current variant's fastest OK trial, by kernel name, and the best of them),
 // and a variant's geometric-mean slowdown over the machines that measured it.
+// Kernels are named by their key in the registry's KernelsByName, so a
+// name compares by address.
+struct Fastest {
+  const std::string* name;
+  const Kernel* kernel;
+  const tuning::Trial* trial;
+};
 struct MeasuredOn {
   const tuning::Entry* entry;
   double best = std::numeric_limits<double>::infinity();
-  absl::flat_hash_map<std::string, const tuning::Trial*> fastest;
+  absl::InlinedVector<Fastest, 4> fastest;
+  const Fastest* Find(const std::string* name) const {
+    for (const Fastest& f : fastest) {
+      if (f.name == name) return &f;
+    }
+    return nullptr;
+  }
 };
 struct VariantScore {
   double log_ratio;
   size_t count;
-  std::string name;
+  const std::string* name;
+  const Kernel* kernel;
+};
+
+// What Lut::Build's steps share while it runs.
+struct BuildScratch {
+  // Per entry of the table, its item; kNone for an entry without one.
+  std::vector<uint32_t> entry_item;
+  // Per entry of the table: whether its own shape-only arguments could be
+  // made (meaningful where it has an item).
+  std::vector<bool> own_shape_ok;
+  // Trials whose configuration was converted and checked against their
+  // entry's own shape: the Config where it converts and is legal there.
+  absl::flat_hash_map<const tuning::Trial*, std::optional<Config>> checked;
+  // Strings interned so far (see Lut::Impl::Intern).
+  absl::flat_hash_map<std::string, uint32_t> interned;
 };
 
 }  // namespace lut_internal
@@ -229,31 +261,40 @@ struct Lut::Impl {
   using DimsDigest = lut_internal::DimsDigest;
   using KernelsByName = lut_internal::KernelsByName;
 
-  // What an entry answers with.
+  // What an entry answers with. What a nearest search reads of its
+  // neighbours comes first; the trials live on `arena` and the consensus's
+  // rankings in `ranked` and `slowdowns`, so an item costs few allocations
+  // to build and to free.
   struct Item {
+    const Kernel* kernel = nullptr;  // nullptr: cannot answer, see `problem`
+    const tuning::Trial* trial = nullptr;
+    int threads = 0;          // trial->threads(), read without a cache miss
+    uint64_t trial_hash = 0;  // of `trial`'s TrialId
+    uint32_t variant = lut_internal::kNone;  // `trial`'s variant, interned in `strings`
+    // For Consensus: log2(median / the fastest's) of the entry's fastest
+    // kRankedTrials trials by hash of their TrialId, sorted, in `ranked`
+    // [ranked_begin, +ranked_count); of each variant's fastest, by interned
+    // variant, in `slowdowns` [slowdowns_begin, +slowdowns_count).
+    uint32_t ranked_begin = 0, ranked_count = 0;
+    uint32_t slowdowns_begin = 0, slowdowns_count = 0;
+    bool incomplete = false;  // its sweep was cut short
+    Config config;
     Dims dims;  // canonical
     std::string key_text;
-    const Kernel* kernel = nullptr;  // nullptr: cannot answer, see `problem`
-    Config config;
-    tuning::Trial trial;
-    bool incomplete = false;  // its sweep was cut short
     std::string problem;
-    std::string note;  // a measured default's provenance
     // When the entry holds measurements on chosen thread counts: the
     // fastest usable one on each thread count (0: all cores), fastest first.
     struct OnThreads {
       int threads;
       const Kernel* kernel;
       Config config;
-      tuning::Trial trial;
+      const tuning::Trial* trial;
     };
     std::vector<OnThreads> on_threads;
-    // For Consensus: log2(median / the fastest's) of the entry's fastest
-    // kRankedTrials trials by hash of their TrialId, sorted; of each
-    // variant's fastest, by variant.
-    std::vector<std::pair<uint64_t, float>> ranked;
-    std::vector<std::pair<std::string, float>> variants;
-    uint64_t trial_hash = 0;  // of `trial`
+    // A measured default's provenance (see Note): its variant's geometric
+    // mean slowdown, and on how many of how many machines.
+    double mean_slowdown = 0;
+    uint32_t measured_on = 0, measured_of = 0;
   };
   // An entry's key, compact for the exact path: strings interned in
   // `strings`, dims in `dim_names` / `dim_values` [dims_begin, +dims_count).
@@ -304,6 +345,11 @@ struct Lut::Impl {
   std::vector<int64_t> dim_values;
   std::vector<Key> keys;  // parallel to items
   std::vector<Item> items;
+  // The items' trials (copies: a Lut outlives its TuningDb), and their
+  // rankings for Consensus (see Item).
+  google::protobuf::Arena arena;
+  std::vector<std::pair<uint64_t, float>> ranked;
+  std::vector<std::pair<uint32_t, float>> slowdowns;
   absl::flat_hash_map<uint64_t, uint32_t> exact;  // hash -> first item
   std::vector<uint32_t> exact_next;               // next item with that hash
   std::vector<Group> groups;
@@ -337,8 +383,8 @@ struct Lut::Impl {
     answer->match = match;
     answer->tuned_dims = &item.dims;
     answer->distance = distance;
-    answer->trial = &item.trial;
-    answer->threads = item.trial.threads();
+    answer->trial = item.trial;
+    answer->threads = item.threads;
     answer->incomplete = item.incomplete;
     answer->machine = FindMachine(strings[keys[i].machine]);
     const int cores = answer->machine != nullptr ? static_cast<int>(answer->machine->cores()) : 0;
@@ -347,7 +393,7 @@ struct Lut::Impl {
       if ((on.threads > 0 ? on.threads : cores) > threads) continue;
       answer->kernel = on.kernel;
       answer->config = &on.config;
-      answer->trial = &on.trial;
+      answer->trial = on.trial;
       answer->threads = on.threads;
       return;
     }
@@ -390,6 +436,11 @@ struct Lut::Impl {
   // The best->limit items of `group` nearest `q` (log2 coordinates in the
   // group's order).
   void Nearest(const Group& group, const float* q, Best* best) const;
+  // Nearest's search over `d` coordinates (kD of them when kD > 0, so the
+  // loops unroll; the sums are in the same order either way, so the
+  // distances are the same to the bit).
+  template <size_t kD>
+  static void SearchTree(const Group& group, size_t d, const float* q, Best* best);
 
   // Builds the k-d tree of `g` over items [begin, end) of `coords` (row-major,
   // `d` per item, permuted along with g->items). Returns the node.
@@ -407,9 +458,13 @@ struct Lut::Impl {
   // grid points a crossover lies between outvoted the farther one even
   // where the farther one's winner was 1.3x faster). Ties go to the nearer; the
   // nearest usable entry, `nearest`, answers when it is not among them.
-  std::pair<uint32_t, float> Consensus(const Group& group, const float* q, const ShapeArgs& shape, uint32_t skip,
+  // `best`: the kCandidates nearest entries.
+  std::pair<uint32_t, float> Consensus(const Best& best, const ShapeArgs& shape, uint32_t skip,
                                        std::pair<uint32_t, float> nearest) const;
-  static float SlowerAt(const Item& at, const Item& winner);
+  // How much slower than each neighbour of `best` (all but `skip` and those
+  // that cannot answer) `winner` is, weighted by nearness.
+  float Slowdown(const Best& best, uint32_t skip, const Item& winner) const;
+  float SlowerAt(const Item& at, const Item& winner) const;
 
   // Every item of `group` by distance from `q`.
   std::vector<Candidate> All(const Group& group, const float* q) const;
@@ -439,9 +494,10 @@ struct Lut::Impl {
   void AddOps(const Registry& registry, const KernelsByName& by_name);
   // One item per entry of an op `ops` holds, answering from its fastest
   // usable trial; a warning per op it does not.
-  void AddEntries(const tuning::Database& proto, const KernelsByName& by_name);
-  void AddEntry(const tuning::Entry& e, OpEntry* op_entry, const KernelsByName& by_name,
-                absl::flat_hash_map<std::string, uint32_t>* interned);
+  void AddEntries(const tuning::Database& proto, const KernelsByName& by_name, lut_internal::BuildScratch* scratch);
+  // Entry `index` of the table, `e`.
+  void AddEntry(int index, const tuning::Entry& e, OpEntry* op_entry, const KernelsByName& by_name,
+                lut_internal::BuildScratch* scratch);
   // The index of `s` in `strings`, added if new (`interned` maps them).
   uint32_t Intern(absl::string_view s, absl::flat_hash_map<std::string, uint32_t>* interned);
   // Points `item` at the fastest of `trials` (sorted, fastest first) whose
@@ -449,14 +505,17 @@ struct Lut::Impl {
   // machine (a GPU's entry: CUDA kernels only; a CPU's: the others, which
   // this CPU has the ISA for) and is legal for the entry's own shape `own`
   // (`own_shape` says whether there is one); and, when the trials were
-  // measured on several thread counts, the fastest such on each. The first
-  // problem met is item->problem. Returns why the fastest trial is stale, or
-  // "".
-  static std::string ChooseTrials(const std::string& op_name, const std::vector<const tuning::Trial*>& trials,
-                                  const KernelsByName& by_name, const ShapeArgs& own, const absl::Status& own_shape,
-                                  bool on_gpu, Item* item);
-  // item->ranked, item->variants and item->trial_hash, for Consensus.
-  static void RankTrials(const std::vector<const tuning::Trial*>& trials, Item* item);
+  // measured on several thread counts, the fastest such on each (their
+  // copies on `arena`). The first problem met is item->problem; each
+  // configuration checked is recorded in scratch->checked. Returns why the
+  // fastest trial is stale, or "".
+  std::string ChooseTrials(const std::string& op_name, const std::vector<const tuning::Trial*>& trials,
+                           const KernelsByName& by_name, const ShapeArgs& own, const absl::Status& own_shape,
+                           bool on_gpu, Item* item, lut_internal::BuildScratch* scratch);
+  // The item's rankings for Consensus (ranked, slowdowns, trial_hash),
+  // `winner` being the trial of `trials` it answers with.
+  void RankTrials(const std::vector<const tuning::Trial*>& trials, const tuning::Trial* winner, Item* item,
+                  lut_internal::BuildScratch* scratch);
   // The exact index (`exact`, `exact_next`) and the groups with their k-d
   // trees, over every item.
   void IndexExact();
@@ -468,15 +527,20 @@ struct Lut::Impl {
   void AddMachines(const tuning::Database& proto);
   // Adds an item under kMeasuredDefaultsId per shape tuned on any machine
   // (see Lut::Build). Call after the entries' items, before the indexes.
-  void AddMeasuredDefaults(const tuning::Database& proto, const KernelsByName& by_name);
+  void AddMeasuredDefaults(const tuning::Database& proto, const KernelsByName& by_name,
+                           lut_internal::BuildScratch* scratch);
   // The item for one shape (`shape_key`'s op, dtype signature and data
-  // class; canonical `dims`; its shape-only arguments `own`): the
-  // best-scored variant with a configuration legal for the shape, from the
-  // most similar machine that measured it (`measured`, most similar first).
-  void AddMeasuredDefault(const tuning::ProblemKey& shape_key, const Dims& dims, const ShapeArgs& own,
+  // class; canonical `dims`; its shape-only arguments made by `own` when a
+  // configuration was not checked against it already): the best-scored
+  // variant with a configuration legal for the shape, from the most
+  // similar machine that measured it (`measured`, most similar first).
+  void AddMeasuredDefault(const tuning::ProblemKey& shape_key, const Dims& dims,
+                          const std::function<const ShapeArgs&()>& own,
                           const std::vector<lut_internal::MeasuredOn>& measured,
-                          const std::vector<lut_internal::VariantScore>& scores, const KernelsByName& by_name,
-                          uint32_t machine);
+                          const std::vector<lut_internal::VariantScore>& scores,
+                          const lut_internal::BuildScratch& scratch, uint32_t machine);
+  // A measured default's provenance ("topk/radix, 1.00x the best ...").
+  std::string Note(const Item& item) const;
   // The machines a default's configuration is preferably taken from: this
   // one, then its similar ones.
   std::vector<std::string> DefaultPreference() const;

@@ -143,10 +143,11 @@ const Lut::Impl::Group* Lut::Impl::FindGroup(absl::string_view op, absl::string_
   return nullptr;
 }
 
-void Lut::Impl::Nearest(const Group& group, const float* q, Best* best) const {
-  const size_t d = group.names.size();
+template <size_t kD>
+void Lut::Impl::SearchTree(const Group& group, size_t d, const float* q, Best* best) {
+  if constexpr (kD > 0) d = kD;
   auto box_distance = [&](int32_t node) {
-    const float* lo = &group.boxes[2 * d * node];
+    const float* lo = group.boxes.data() + 2 * d * node;  // none where d == 0
     const float* hi = lo + d;
     float sum = 0;
     for (size_t j = 0; j < d; ++j) sum += std::max(0.0f, std::max(lo[j] - q[j], q[j] - hi[j]));
@@ -159,16 +160,28 @@ void Lut::Impl::Nearest(const Group& group, const float* q, Best* best) const {
   Frame stack[2 * 64 + 2];  // two per level; a median split is at most 64 deep
   int top = 0;
   stack[top++] = {0, box_distance(0)};
+  float dist[kLeafSize];
   while (top > 0) {
     const Frame f = stack[--top];
-    if (f.bound > best->Worst()) continue;
+    float worst = best->Worst();
+    if (f.bound > worst) continue;
     const Group::Node& node = group.nodes[f.node];
     if (node.left < 0) {
-      for (uint32_t p = node.begin; p < node.end; ++p) {
-        const float* c = &group.coords[p * d];
-        float sum = 0;
-        for (size_t j = 0; j < d; ++j) sum += std::fabs(c[j] - q[j]);
-        best->Offer({sum, group.items[p]});
+      // Distances first (a loop without branches), then the few that may
+      // enter the list; in chunks, as a leaf of equal points may be large.
+      for (uint32_t begin = node.begin; begin < node.end; begin += kLeafSize) {
+        const uint32_t count = std::min<uint32_t>(kLeafSize, node.end - begin);
+        const float* c = group.coords.data() + begin * d;
+        for (uint32_t p = 0; p < count; ++p) {
+          float sum = 0;
+          for (size_t j = 0; j < d; ++j) sum += std::fabs(c[p * d + j] - q[j]);
+          dist[p] = sum;
+        }
+        for (uint32_t p = 0; p < count; ++p) {
+          if (dist[p] > worst) continue;
+          best->Offer({dist[p], group.items[begin + p]});
+          worst = best->Worst();
+        }
       }
       continue;
     }
@@ -179,12 +192,26 @@ void Lut::Impl::Nearest(const Group& group, const float* q, Best* best) const {
   }
 }
 
+void Lut::Impl::Nearest(const Group& group, const float* q, Best* best) const {
+  const size_t d = group.names.size();
+  switch (d) {
+    case 1:
+      return SearchTree<1>(group, d, q, best);
+    case 2:
+      return SearchTree<2>(group, d, q, best);
+    case 3:
+      return SearchTree<3>(group, d, q, best);
+    case 4:
+      return SearchTree<4>(group, d, q, best);
+    default:
+      return SearchTree<0>(group, d, q, best);
+  }
+}
+
 // ---- Nearest -----------------------------------------------------------------------
 
-std::pair<uint32_t, float> Lut::Impl::Consensus(const Group& group, const float* q, const ShapeArgs& shape,
-                                                uint32_t skip, std::pair<uint32_t, float> nearest) const {
-  Best best(kCandidates);
-  Nearest(group, q, &best);
+std::pair<uint32_t, float> Lut::Impl::Consensus(const Best& best, const ShapeArgs& shape, uint32_t skip,
+                                                std::pair<uint32_t, float> nearest) const {
   auto answers = [&](uint32_t i) { return i != skip && items[i].kernel != nullptr; };
   size_t neighbours = 0;
   bool has_nearest = false;
@@ -193,35 +220,60 @@ std::pair<uint32_t, float> Lut::Impl::Consensus(const Group& group, const float*
     has_nearest = has_nearest || best.c[b].item == nearest.first;
   }
   if (neighbours < 2 || !has_nearest) return nearest;
+  // Neighbours often share a winner: its legality (the kernel's check, by
+  // kernel and configuration) and its score (by trial and variant) are
+  // worked out once.
+  absl::InlinedVector<std::pair<const Item*, bool>, kCandidates> legal;
+  absl::InlinedVector<std::pair<const Item*, float>, kCandidates> scored;
+  auto is_legal = [&](const Item& winner) {
+    for (const auto& [seen, ok] : legal) {
+      if (seen->kernel == winner.kernel && seen->config == winner.config) return ok;
+    }
+    legal.emplace_back(&winner, Legal(*winner.kernel, winner.config, shape).ok());
+    return legal.back().second;
+  };
+  auto score = [&](const Item& winner) {
+    for (const auto& [seen, s] : scored) {
+      if (seen->trial_hash == winner.trial_hash && seen->variant == winner.variant) return s;
+    }
+    scored.emplace_back(&winner, Slowdown(best, skip, winner));
+    return scored.back().second;
+  };
   std::pair<uint32_t, float> chosen = nearest;
   float least = std::numeric_limits<float>::infinity();
   for (size_t a = 0; a < best.n; ++a) {
     const uint32_t j = best.c[a].item;
     if (!answers(j)) continue;
     const Item& winner = items[j];
-    if (j != nearest.first && !Legal(*winner.kernel, winner.config, shape).ok()) continue;
-    float sum = 0, weights = 0;
-    for (size_t b = 0; b < best.n; ++b) {
-      if (!answers(best.c[b].item)) continue;
-      const float r = best.c[b].dist + 0.25f;
-      const float w = 1.0f / (r * r);
-      sum += w * SlowerAt(items[best.c[b].item], winner);
-      weights += w;
-    }
-    if (sum / weights < least - 1e-6f) {
-      least = sum / weights;
+    if (j != nearest.first && !is_legal(winner)) continue;
+    if (const float s = score(winner); s < least - 1e-6f) {
+      least = s;
       chosen = {j, best.c[a].dist};
     }
   }
   return chosen;
 }
 
-float Lut::Impl::SlowerAt(const Item& at, const Item& winner) {
-  auto it = std::lower_bound(at.ranked.begin(), at.ranked.end(),
-                             std::make_pair(winner.trial_hash, -std::numeric_limits<float>::infinity()));
-  if (it != at.ranked.end() && it->first == winner.trial_hash) return it->second;
-  for (const auto& [variant, slower] : at.variants) {
-    if (variant == winner.trial.variant()) return slower + kOtherConfigLog2;
+float Lut::Impl::Slowdown(const Best& best, uint32_t skip, const Item& winner) const {
+  float sum = 0, weights = 0;
+  for (size_t b = 0; b < best.n; ++b) {
+    const uint32_t i = best.c[b].item;
+    if (i == skip || items[i].kernel == nullptr) continue;
+    const float r = best.c[b].dist + 0.25f;
+    const float w = 1.0f / (r * r);
+    sum += w * SlowerAt(items[i], winner);
+    weights += w;
+  }
+  return sum / weights;
+}
+
+float Lut::Impl::SlowerAt(const Item& at, const Item& winner) const {
+  const auto* begin = ranked.data() + at.ranked_begin;
+  const auto* end = begin + at.ranked_count;
+  const auto* it = std::lower_bound(begin, end, std::make_pair(winner.trial_hash, -std::numeric_limits<float>::infinity()));
+  if (it != end && it->first == winner.trial_hash) return it->second;
+  for (uint32_t v = at.slowdowns_begin; v < at.slowdowns_begin + at.slowdowns_count; ++v) {
+    if (slowdowns[v].first == winner.variant) return slowdowns[v].second + kOtherConfigLog2;
   }
   return kUnmeasuredLog2;
 }
@@ -253,21 +305,16 @@ std::pair<uint32_t, float> Lut::Impl::FindNearest(absl::string_view op_name, abs
     }
   }
   // The nearest entry usually answers; only when it cannot are more looked
-  // at: the kCandidates nearest, then (rarely) all by distance.
-  Best best(1);
+  // at: the kCandidates nearest (found at once: the consensus weighs them
+  // too), then (rarely) all by distance.
+  Best best(kCandidates);
   Nearest(*group, q.data(), &best);
   std::vector<Candidate> all;
   const Candidate* candidates = best.c;
   size_t count = best.n, first = 0;
-  for (int pass = 0; pass < 3; ++pass) {
+  for (int pass = 0; pass < 2; ++pass) {
     if (pass == 1) {
       if (best.n < best.limit) break;  // saw every item already
-      best = Best(kCandidates);
-      Nearest(*group, q.data(), &best);
-      count = best.n;
-      first = 1;
-    } else if (pass == 2) {
-      if (best.n < best.limit) break;
       all = All(*group, q.data());
       candidates = all.data();
       count = all.size();
@@ -287,7 +334,7 @@ std::pair<uint32_t, float> Lut::Impl::FindNearest(absl::string_view op_name, abs
                                                 " is not legal here: ", s.message()));
         continue;
       }
-      return Consensus(*group, q.data(), shape, skip, {i, candidates[c].dist});
+      return Consensus(best, shape, skip, {i, candidates[c].dist});
     }
   }
   return {kNone, 0};

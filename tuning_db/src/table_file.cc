@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "file_util.h"
+#include "google/protobuf/arena.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/stubs/logging.h"
@@ -126,10 +127,45 @@ FileFormat FormatForPath(absl::string_view path) {
 
 // ---- Files ---------------------------------------------------------------------
 
-TuningDb::TuningDb() {
-  db_.set_schema_version(kSchemaVersion);
-  db_.set_entry_count(0);
+TuningDb::TuningDb()
+    : arena_(std::make_unique<google::protobuf::Arena>()),
+      db_(google::protobuf::Arena::CreateMessage<tuning::Database>(arena_.get())) {
+  db_->set_schema_version(kSchemaVersion);
+  db_->set_entry_count(0);
 }
+
+TuningDb::TuningDb(const TuningDb& other) : TuningDb() { *this = other; }
+
+TuningDb& TuningDb::operator=(const TuningDb& other) {
+  if (this == &other) return *this;
+  *db_ = *other.db_;
+  unchecked_ = other.unchecked_;
+  entries_ = other.entries_;
+  index_ = other.index_;
+  return *this;
+}
+
+TuningDb::TuningDb(TuningDb&& other) noexcept
+    : arena_(std::make_unique<google::protobuf::Arena>()),
+      db_(google::protobuf::Arena::CreateMessage<tuning::Database>(arena_.get())) {
+  *this = std::move(other);
+}
+
+TuningDb& TuningDb::operator=(TuningDb&& other) noexcept {
+  if (this == &other) return *this;
+  std::swap(arena_, other.arena_);
+  std::swap(db_, other.db_);
+  std::swap(unchecked_, other.unchecked_);
+  std::swap(entries_, other.entries_);
+  std::swap(index_, other.index_);
+  other.db_->Clear();
+  other.unchecked_.clear();
+  other.entries_.clear();
+  other.index_.clear();
+  return *this;
+}
+
+TuningDb::~TuningDb() = default;
 
 absl::StatusOr<TuningDb> TuningDb::Load(const std::string& path) {
   // A link planted in a shared folder is not followed for reading either.
@@ -148,15 +184,20 @@ absl::StatusOr<TuningDb> TuningDb::Parse(absl::string_view bytes, absl::string_v
   if (bytes.empty()) return loss("the file is empty");
   FileFormat first = FormatForPath(name);
   FileFormat second = first == FileFormat::kText ? FileFormat::kBinary : FileFormat::kText;
-  tuning::Database db;
+  // The parsed messages live on an arena: what Adopt keeps it copies, and
+  // freeing the arena costs little next to freeing ten thousand entries'
+  // messages one by one.
+  google::protobuf::Arena arena;
+  tuning::Database* parsed = google::protobuf::Arena::CreateMessage<tuning::Database>(&arena);
+  tuning::Database& db = *parsed;
   std::string why = ParseAs(first, bytes, &db);
   // A file that parses but carries no schema_version is foreign: try the
   // other format before giving up.
   if (!why.empty() || db.schema_version() == 0) {
-    tuning::Database other;
+    tuning::Database& other = *google::protobuf::Arena::CreateMessage<tuning::Database>(&arena);
     std::string other_why = ParseAs(second, bytes, &other);
     if (other_why.empty() && other.schema_version() != 0) {
-      db = std::move(other);
+      db.Swap(&other);
       why.clear();
       first = second;  // the format it is in
     } else if (why.empty()) {
@@ -175,7 +216,7 @@ absl::StatusOr<TuningDb> TuningDb::Parse(absl::string_view bytes, absl::string_v
   // Binary strings are valid UTF-8 already (protobuf checks); text ones need
   // not be, and would make the table unreadable once saved as binary.
   if (first == FileFormat::kText) Sanitize(&db);
-  absl::StatusOr<TuningDb> out = Adopt(std::move(db));
+  absl::StatusOr<TuningDb> out = Adopt(&db);
   if (!out.ok()) return absl::Status(out.status().code(), absl::StrCat(name, ": ", out.status().message()));
   if (unchecked) {
     out->unchecked_ = absl::StrCat(name, ": written by an older kreg (schema 1) without a checksum, so damage to "
@@ -241,15 +282,59 @@ absl::Status CheckNumbers(const tuning::Database& db) {
 
 }  // namespace
 
-absl::StatusOr<TuningDb> TuningDb::FromProto(tuning::Database database) {
-  Sanitize(&database);
-  return Adopt(std::move(database));
+namespace {
+
+// Whether any message of `db` holds fields this schema does not know. A
+// walk over the generated types, as protobuf's reflective
+// DiscardUnknownFields lists every field of every message (a sixth of a
+// load); Files.UnknownFieldsAreDroppedFromEveryMessage checks that the walk
+// reaches every message type of the schema.
+bool HasUnknownFields(const tuning::Database& db) {
+  auto unknown = [](const google::protobuf::Message& m) {
+    return !m.GetReflection()->GetUnknownFields(m).empty();
+  };
+  auto trial_unknown = [&](const Trial& t) {
+    if (unknown(t) || unknown(t.config())) return true;
+    for (const tuning::ParamValue& p : t.config().params()) {
+      if (unknown(p) || (p.has_list_value() && unknown(p.list_value()))) return true;
+    }
+    return false;
+  };
+  if (unknown(db)) return true;
+  for (const tuning::Machine& m : db.machines()) {
+    if (unknown(m) || (m.has_gpu() && unknown(m.gpu()))) return true;
+  }
+  for (const tuning::CommModel& m : db.comm_models()) {
+    if (unknown(m)) return true;
+  }
+  for (const tuning::Entry& e : db.entries()) {
+    if (unknown(e) || unknown(e.key())) return true;
+    for (const tuning::Dim& d : e.key().dims()) {
+      if (unknown(d)) return true;
+    }
+    if ((e.has_best() && trial_unknown(e.best())) || (e.has_runner_up() && trial_unknown(e.runner_up()))) return true;
+    for (const Trial& t : e.trials()) {
+      if (trial_unknown(t)) return true;
+    }
+    for (const Trial& t : e.partial()) {
+      if (trial_unknown(t)) return true;
+    }
+  }
+  return false;
 }
 
-absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database database) {
+}  // namespace
+
+absl::StatusOr<TuningDb> TuningDb::FromProto(tuning::Database database) {
+  Sanitize(&database);
+  return Adopt(&database);
+}
+
+absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database* parsed) {
+  tuning::Database& database = *parsed;
   // Fields this kreg does not know (a newer kreg's: it bumps schema_version
   // for any it needs kept) are dropped, so what it prints parses again.
-  database.DiscardUnknownFields();
+  if (HasUnknownFields(database)) database.DiscardUnknownFields();
   if (database.schema_version() == 0) {
     return absl::DataLossError("no schema_version: not a kreg tuning database");
   }
@@ -268,8 +353,8 @@ absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database database) {
   for (tuning::Machine& m : *database.mutable_machines()) out.AddMachine(std::move(m));
   for (const tuning::CommModel& m : database.comm_models()) out.SetCommModel(m);
   for (tuning::Entry& e : *database.mutable_entries()) {
-    const int index = out.FindOrAddEntry(e.key());
-    tuning::Entry* entry = out.db_.mutable_entries(index);
+    const int index = out.FindOrAddEntry(e.key(), KeyStrings::kValidUtf8);  // parsed or sanitized
+    tuning::Entry* entry = out.db_->mutable_entries(index);
     // A slim file's only trials are its winners. Where the winners are
     // among the trials too, the trials are the truth: the winner fields
     // are copies (an edited trial beats a stale copy of itself).
@@ -290,15 +375,15 @@ absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database database) {
       entry->set_incomplete(e.incomplete());
     }
   }
-  for (int i = 0; i < out.db_.entries_size(); ++i) out.RecomputeWinners(i);
+  for (int i = 0; i < out.db_->entries_size(); ++i) out.RecomputeWinners(i);
   return out;
 }
 
 absl::Status TuningDb::Save(const std::string& path, const SaveOptions& options) const {
-  const tuning::Database* db = &db_;
+  const tuning::Database* db = db_;
   tuning::Database slim;
   if (options.winners_only || options.best_per_variant) {
-    slim = db_;
+    slim = *db_;
     for (tuning::Entry& e : *slim.mutable_entries()) {
       e.clear_partial();
       if (options.winners_only) {
@@ -380,7 +465,7 @@ absl::Status TuningDb::SaveMerged(const std::string& path) {
   if (!current.ok() && !absl::IsNotFound(current.status())) return current.status();
   TuningDb merged = current.ok() ? *std::move(current) : TuningDb();
   merged.MergeFrom(*this);
-  absl::StatusOr<std::string> bytes = FileBytes(merged.db_, *file);
+  absl::StatusOr<std::string> bytes = FileBytes(*merged.db_, *file);
   if (!bytes.ok()) return bytes.status();
   if (absl::Status s = internal::AtomicWrite(*file, *bytes); !s.ok()) return s;
   merged.unchecked_.clear();
@@ -388,7 +473,7 @@ absl::Status TuningDb::SaveMerged(const std::string& path) {
   return absl::OkStatus();
 }
 
-std::string TuningDb::ToBinary() const { return BinaryBytes(db_); }
+std::string TuningDb::ToBinary() const { return BinaryBytes(*db_); }
 
 // ---- Shipped tables ----------------------------------------------------------------
 

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <new>
 #include <random>
+#include <set>
 #include <tuple>
 
 #include "absl/strings/match.h"
@@ -53,6 +54,70 @@ TEST(Files, BinaryRoundTrip) {
   EXPECT_EQ(back->proto().machines_size(), 2);
   EXPECT_EQ(back->proto().schema_version(), kSchemaVersion);
   EXPECT_EQ(ReadBytes(dir + "/t.kdb").find("schema_version"), std::string::npos);  // binary
+}
+
+// One message of every type of the schema (the schema is a tree), those of
+// type `unknown_in` with an unknown field; `types` gets every type's name.
+void AddEveryMessage(google::protobuf::Message* m, const std::string& unknown_in, std::set<std::string>* types) {
+  types->insert(m->GetDescriptor()->full_name());
+  const google::protobuf::Reflection* r = m->GetReflection();
+  if (m->GetDescriptor()->full_name() == unknown_in) r->MutableUnknownFields(m)->AddVarint(999, 1);
+  for (int i = 0; i < m->GetDescriptor()->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = m->GetDescriptor()->field(i);
+    if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    AddEveryMessage(f->is_repeated() ? r->AddMessage(m, f) : r->MutableMessage(m, f), unknown_in, types);
+  }
+}
+
+// Types (full names) of the messages in `m` that hold unknown fields.
+void TypesWithUnknownFields(const google::protobuf::Message& m, std::set<std::string>* out) {
+  const google::protobuf::Reflection* r = m.GetReflection();
+  if (!r->GetUnknownFields(m).empty()) out->insert(m.GetDescriptor()->full_name());
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  r->ListFields(m, &fields);
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    if (!f->is_repeated()) {
+      TypesWithUnknownFields(r->GetMessage(m, f), out);
+      continue;
+    }
+    for (int j = 0; j < r->FieldSize(m, f); ++j) TypesWithUnknownFields(r->GetRepeatedMessage(m, f, j), out);
+  }
+}
+
+// Adopting a table looks for unknown fields before dropping them (the
+// reflective drop costs): the look must reach every message type.
+TEST(Files, UnknownFieldsAreDroppedFromEveryMessage) {
+  std::set<std::string> types;
+  tuning::Database structure;
+  AddEveryMessage(&structure, "", &types);
+  EXPECT_THAT(types, SizeIs(11));
+  for (const std::string& type : types) {
+    SCOPED_TRACE(type);
+    tuning::Database db;
+    std::set<std::string> ignored;
+    AddEveryMessage(&db, type, &ignored);
+    db.set_schema_version(1);  // a file without a checksum, for Parse
+    db.set_entry_count(1);
+    db.mutable_machines(0)->set_cores(2);
+    db.mutable_comm_models(0)->set_ranks(2);
+    tuning::Entry& e = *db.mutable_entries(0);
+    e.mutable_key()->set_op("topk");
+    for (tuning::Trial* t : {e.mutable_best(), e.mutable_runner_up(), e.mutable_trials(0), e.mutable_partial(0)}) {
+      t->set_reps(1);
+      t->mutable_config()->mutable_params(0)->mutable_list_value();  // the oneof's message
+    }
+    std::set<std::string> before;
+    TypesWithUnknownFields(db, &before);
+    EXPECT_THAT(before, ElementsAre(type));
+    // Parsed from a file, and adopted as it is.
+    for (absl::StatusOr<TuningDb> out : {TuningDb::Parse(db.SerializeAsString(), "t.kdb"), TuningDb::FromProto(db)}) {
+      ASSERT_TRUE(out.ok()) << out.status();
+      std::set<std::string> left;
+      TypesWithUnknownFields(out->proto(), &left);
+      EXPECT_THAT(left, IsEmpty());
+    }
+  }
 }
 
 TEST(Files, TextRoundTripAndFormatByContent) {

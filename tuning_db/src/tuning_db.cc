@@ -39,23 +39,23 @@ bool Faster(const Trial& a, absl::string_view a_id, const Trial& b, absl::string
 void TuningDb::AddMachine(tuning::Machine machine) {
   Sanitize(&machine);
   if (machine.id().empty()) machine.set_id(FingerprintId(machine));
-  for (tuning::Machine& m : *db_.mutable_machines()) {
+  for (tuning::Machine& m : *db_->mutable_machines()) {
     if (m.id() == machine.id()) {
       m = std::move(machine);
       return;
     }
   }
-  *db_.add_machines() = std::move(machine);
+  *db_->add_machines() = std::move(machine);
 }
 
-int TuningDb::FindOrAddEntry(const tuning::ProblemKey& key) {
-  auto [it, added] = entries_.try_emplace(KeyId(key), db_.entries_size());
+int TuningDb::FindOrAddEntry(const tuning::ProblemKey& key, KeyStrings strings) {
+  auto [it, added] = entries_.try_emplace(KeyId(key), db_->entries_size());
   if (added) {
-    tuning::ProblemKey* stored = db_.add_entries()->mutable_key();
+    tuning::ProblemKey* stored = db_->add_entries()->mutable_key();
     *stored = key;
-    Sanitize(stored);
+    if (strings == KeyStrings::kUnchecked) Sanitize(stored);
     index_.emplace_back();
-    db_.set_entry_count(static_cast<uint64_t>(db_.entries_size()));
+    db_->set_entry_count(static_cast<uint64_t>(db_->entries_size()));
   }
   return it->second;
 }
@@ -73,7 +73,7 @@ void TuningDb::AddTrial(const tuning::ProblemKey& key, const Trial& raw) {
 
 void TuningDb::SetTuningInfo(const tuning::ProblemKey& key, absl::string_view tool_version,
                              absl::string_view strategy, int64_t tuned_at, bool complete) {
-  tuning::Entry* e = db_.mutable_entries(FindOrAddEntry(key));
+  tuning::Entry* e = db_->mutable_entries(FindOrAddEntry(key));
   e->set_tool_version(ValidUtf8(tool_version));
   e->set_strategy(ValidUtf8(strategy));
   e->set_tuned_at(tuned_at);
@@ -85,7 +85,7 @@ void TuningDb::AddPartial(const tuning::ProblemKey& key, const Trial& trial) {
 }
 
 void TuningDb::PutPartial(int entry, const Trial& trial) {
-  tuning::Entry& e = *db_.mutable_entries(entry);
+  tuning::Entry& e = *db_->mutable_entries(entry);
   auto [it, added] = index_[entry].partial.try_emplace(TrialIdOf(trial), e.partial_size());
   if (added) {
     *e.add_partial() = trial;
@@ -99,7 +99,7 @@ void TuningDb::PutPartial(int entry, const Trial& trial) {
 }
 
 void TuningDb::PutTrial(int entry, const Trial& trial, bool keep_newer, Ties ties) {
-  tuning::Entry& e = *db_.mutable_entries(entry);
+  tuning::Entry& e = *db_->mutable_entries(entry);
   EntryIndex& index = index_[entry];
   std::string id = TrialIdOf(trial);
   auto [it, added] = index.trials.try_emplace(id, e.trials_size());
@@ -139,7 +139,7 @@ void TuningDb::PutTrial(int entry, const Trial& trial, bool keep_newer, Ties tie
 }
 
 void TuningDb::RecomputeWinners(int entry) {
-  const tuning::Entry& e = db_.entries(entry);
+  const tuning::Entry& e = db_->entries(entry);
   EntryIndex& index = index_[entry];
   index.best = index.runner_up = -1;
   for (int i = 0; i < e.trials_size(); ++i) {
@@ -159,7 +159,7 @@ void TuningDb::RecomputeWinners(int entry) {
 }
 
 void TuningDb::SyncWinners(int entry) {
-  tuning::Entry& e = *db_.mutable_entries(entry);
+  tuning::Entry& e = *db_->mutable_entries(entry);
   const EntryIndex& index = index_[entry];
   if (index.best >= 0) {
     *e.mutable_best() = e.trials(index.best);
@@ -175,9 +175,9 @@ void TuningDb::SyncWinners(int entry) {
 
 void TuningDb::Reindex() {
   entries_.clear();
-  index_.assign(db_.entries_size(), EntryIndex());
-  for (int i = 0; i < db_.entries_size(); ++i) {
-    const tuning::Entry& e = db_.entries(i);
+  index_.assign(db_->entries_size(), EntryIndex());
+  for (int i = 0; i < db_->entries_size(); ++i) {
+    const tuning::Entry& e = db_->entries(i);
     entries_.emplace(KeyId(e.key()), i);
     for (int j = 0; j < e.trials_size(); ++j) {
       std::string id = TrialIdOf(e.trials(j));
@@ -187,12 +187,12 @@ void TuningDb::Reindex() {
     for (int j = 0; j < e.partial_size(); ++j) index_[i].partial.emplace(TrialIdOf(e.partial(j)), j);
     RecomputeWinners(i);
   }
-  db_.set_entry_count(static_cast<uint64_t>(db_.entries_size()));
+  db_->set_entry_count(static_cast<uint64_t>(db_->entries_size()));
 }
 
 const tuning::Entry* TuningDb::FindEntry(const tuning::ProblemKey& key) const {
   int i = FindEntryIndex(key);
-  return i < 0 ? nullptr : &db_.entries(i);
+  return i < 0 ? nullptr : &db_->entries(i);
 }
 
 const Trial* TuningDb::FindTrial(const tuning::ProblemKey& key, absl::string_view variant,
@@ -201,7 +201,7 @@ const Trial* TuningDb::FindTrial(const tuning::ProblemKey& key, absl::string_vie
   if (i < 0) return nullptr;
   const EntryIndex& index = index_[i];
   auto it = index.trials.find(TrialId(variant, variant_version, config, threads));
-  return it == index.trials.end() ? nullptr : &db_.entries(i).trials(it->second);
+  return it == index.trials.end() ? nullptr : &db_->entries(i).trials(it->second);
 }
 
 const Trial* TuningDb::FindPartial(const tuning::ProblemKey& key, absl::string_view variant,
@@ -210,12 +210,12 @@ const Trial* TuningDb::FindPartial(const tuning::ProblemKey& key, absl::string_v
   if (i < 0) return nullptr;
   const EntryIndex& index = index_[i];
   auto it = index.partial.find(TrialId(variant, variant_version, config, threads));
-  return it == index.partial.end() ? nullptr : &db_.entries(i).partial(it->second);
+  return it == index.partial.end() ? nullptr : &db_->entries(i).partial(it->second);
 }
 
 int TuningDb::DropStale(const Registry& registry) {
   int dropped = 0, stale_partial = 0;
-  for (tuning::Entry& e : *db_.mutable_entries()) {
+  for (tuning::Entry& e : *db_->mutable_entries()) {
     auto stale = [&](const Trial& t) {
       absl::StatusOr<std::shared_ptr<const Kernel>> k =
           registry.Get(absl::StrCat(e.key().op(), "/", t.variant()));
@@ -238,28 +238,28 @@ int TuningDb::DropStale(const Registry& registry) {
 // ---- Combining ---------------------------------------------------------------------
 
 void TuningDb::SetCommModel(const tuning::CommModel& model) {
-  for (tuning::CommModel& m : *db_.mutable_comm_models()) {
+  for (tuning::CommModel& m : *db_->mutable_comm_models()) {
     if (m.machine_id() == model.machine_id() && m.backend() == model.backend()) {
       if (model.measured_at() >= m.measured_at()) m = model;
       return;
     }
   }
-  *db_.add_comm_models() = model;
+  *db_->add_comm_models() = model;
 }
 
 const tuning::CommModel* TuningDb::FindCommModel(absl::string_view machine_id, absl::string_view backend) const {
-  for (const tuning::CommModel& m : db_.comm_models()) {
+  for (const tuning::CommModel& m : db_->comm_models()) {
     if (m.machine_id() == machine_id && m.backend() == backend) return &m;
   }
   return nullptr;
 }
 
 void TuningDb::MergeFrom(const TuningDb& other, Ties ties) {
-  for (const tuning::Machine& m : other.db_.machines()) AddMachine(m);
-  for (const tuning::CommModel& m : other.db_.comm_models()) SetCommModel(m);
-  for (const tuning::Entry& theirs : other.db_.entries()) {
+  for (const tuning::Machine& m : other.db_->machines()) AddMachine(m);
+  for (const tuning::CommModel& m : other.db_->comm_models()) SetCommModel(m);
+  for (const tuning::Entry& theirs : other.db_->entries()) {
     const int index = FindOrAddEntry(theirs.key());
-    tuning::Entry* mine = db_.mutable_entries(index);
+    tuning::Entry* mine = db_->mutable_entries(index);
     for (const Trial& t : theirs.trials()) PutTrial(index, t, /*keep_newer=*/true, ties);
     for (const Trial& t : theirs.partial()) PutPartial(index, t);
     const auto sweep = [](const tuning::Entry& e) {

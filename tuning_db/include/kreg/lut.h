@@ -45,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/arena.h"
 #include "kreg/kreg_tuning.pb.h"
 #include "kreg/machine.h"
 #include "kreg/op.h"
@@ -170,6 +171,12 @@ class TuningDb {
  public:
   // An empty database of the current schema.
   TuningDb();
+  TuningDb(const TuningDb& other);
+  TuningDb& operator=(const TuningDb& other);
+  // A moved-from TuningDb is empty (no schema_version).
+  TuningDb(TuningDb&& other) noexcept;
+  TuningDb& operator=(TuningDb&& other) noexcept;
+  ~TuningDb();
 
   // Reads `path` (binary or text; see the file comment).
   static absl::StatusOr<TuningDb> Load(const std::string& path);
@@ -262,8 +269,8 @@ class TuningDb {
   // file's best and runner_up are folded in on load); best and runner_up
   // are the two fastest OK trials (lowest median_ns; ties by variant, then
   // configuration).
-  const tuning::Database& proto() const { return db_; }
-  size_t size() const { return static_cast<size_t>(db_.entries_size()); }
+  const tuning::Database& proto() const { return *db_; }
+  size_t size() const { return static_cast<size_t>(db_->entries_size()); }
   // Protobuf text format.
   std::string ToText() const;
   // Protobuf's JSON mapping (field names as in the .proto), for programs.
@@ -287,10 +294,14 @@ class TuningDb {
   };
 
   // FromProto without making strings valid UTF-8 (for parsed files, whose
-  // strings protobuf has checked).
-  static absl::StatusOr<TuningDb> Adopt(tuning::Database database);
+  // strings protobuf has checked): copies what it keeps of `*database`,
+  // which it leaves changed.
+  static absl::StatusOr<TuningDb> Adopt(tuning::Database* database);
+  // Whether a key's strings are known to be valid UTF-8 already (a parsed
+  // or sanitized table's), or are made so when stored.
+  enum class KeyStrings { kUnchecked, kValidUtf8 };
   // Index of the entry for `key` (dims in any order), added if missing; or -1.
-  int FindOrAddEntry(const tuning::ProblemKey& key);
+  int FindOrAddEntry(const tuning::ProblemKey& key, KeyStrings strings = KeyStrings::kUnchecked);
   int FindEntryIndex(const tuning::ProblemKey& key) const;
   // Upserts; `keep_newer` keeps an existing trial that was measured later
   // (at the same second: as `ties` says).
@@ -303,7 +314,11 @@ class TuningDb {
   void SyncWinners(int entry);
   void Reindex();
 
-  tuning::Database db_;
+  // The database lives on its own arena: a table of ten thousand entries
+  // is a hundred thousand small messages, cheaper to allocate and to free
+  // there. Never null.
+  std::unique_ptr<google::protobuf::Arena> arena_;
+  tuning::Database* db_;
   std::string unchecked_;
   absl::flat_hash_map<std::string, int> entries_;  // key id -> index in entries
   std::vector<EntryIndex> index_;                  // parallel to db_.entries()
