@@ -11,14 +11,14 @@
 // result stays exact for any input.
 //
 // A row of 8 * kSample elements or more skips the whole-row histogram: the
-// scores of kSample elements in evenly spaced runs set a threshold that, by their order
-// statistics, a little more than k of the row pass (three standard
-// deviations over k), and one vector pass keeps the elements at or above it
-// with their columns (AVX2: compressed by a permutation table, no branch
-// per element), and those few are sorted. Where fewer
-// than k pass (a sample that misjudged the row, as an adversarial one may)
-// or far more (ties at the threshold), the row is selected as without a
-// sample, so the result is exact either way.
+// scores of kSample elements in evenly spaced runs set a threshold that, by
+// their order statistics, a little more than k of the row pass (three
+// standard deviations over k); one vector pass keeps the elements at or
+// above it with their columns (AVX2: compressed by a permutation table, no
+// branch per element), and those few are sorted. Where fewer than k pass (a
+// sample that misjudged the row, as an adversarial one may) or far more
+// (ties at the threshold), the row is selected as without a sample, so the
+// result is exact either way.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -298,14 +298,15 @@ uint32_t SampledThreshold(const void* first, bool bf16, uint32_t flip, int64_t l
   s.scores.resize(kSample);
   const int64_t runs = kSample / kSampleRun;
   const int64_t step = len / runs;
-  const size_t size = bf16 ? 2 : 4;
-  auto run_at = [&](int64_t r) { return static_cast<const char*>(first) + (r * step + (step - kSampleRun) / 2) * size; };
+  const int64_t size = bf16 ? 2 : 4;
+  auto run_start = [&](int64_t r) { return r * step + (step - kSampleRun) / 2; };
   for (int64_t r = 0; r < runs; ++r) {  // every run's lines asked for at once, not one miss after another
-    __builtin_prefetch(run_at(r));
-    __builtin_prefetch(run_at(r) + (kSampleRun - 1) * size);
+    const char* at = static_cast<const char*>(first) + run_start(r) * size;
+    __builtin_prefetch(at);
+    __builtin_prefetch(at + (kSampleRun - 1) * size);
   }
   for (int64_t r = 0; r < runs; ++r) {
-    const int64_t at = r * step + (step - kSampleRun) / 2;
+    const int64_t at = run_start(r);
     for (int64_t j = 0; j < kSampleRun; ++j) {
       const uint32_t bits = bf16 ? static_cast<uint32_t>(static_cast<const uint16_t*>(first)[at + j]) << 16
                                  : static_cast<const uint32_t*>(first)[at + j];

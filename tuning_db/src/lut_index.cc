@@ -253,12 +253,12 @@ void Lut::Impl::RankTrials(const std::vector<const tuning::Trial*>& trials, cons
   item->variant = Intern(winner->variant(), &scratch->interned);
   item->trial_hash = absl::HashOf(TrialId(*winner));
   const double fastest = trials.front()->median_ns();
-  item->ranked_begin = static_cast<uint32_t>(ranked.size());
+  item->ranked_begin = static_cast<uint32_t>(trial_ranks.size());
   item->slowdowns_begin = static_cast<uint32_t>(slowdowns.size());
   for (const tuning::Trial* t : trials) {
     const float slower = static_cast<float>(std::log2(std::max(1.0, t->median_ns() / std::max(fastest, 1e-9))));
-    if (ranked.size() - item->ranked_begin < kRankedTrials) {
-      ranked.emplace_back(t == winner ? item->trial_hash : absl::HashOf(TrialId(*t)), slower);
+    if (trial_ranks.size() - item->ranked_begin < kRankedTrials) {
+      trial_ranks.emplace_back(t == winner ? item->trial_hash : absl::HashOf(TrialId(*t)), slower);
     }
     const uint32_t variant = Intern(t->variant(), &scratch->interned);
     if (std::none_of(slowdowns.begin() + item->slowdowns_begin, slowdowns.end(),
@@ -266,9 +266,9 @@ void Lut::Impl::RankTrials(const std::vector<const tuning::Trial*>& trials, cons
       slowdowns.emplace_back(variant, slower);
     }
   }
-  item->ranked_count = static_cast<uint32_t>(ranked.size() - item->ranked_begin);
+  item->ranked_count = static_cast<uint32_t>(trial_ranks.size() - item->ranked_begin);
   item->slowdowns_count = static_cast<uint32_t>(slowdowns.size() - item->slowdowns_begin);
-  std::sort(ranked.begin() + item->ranked_begin, ranked.end());
+  std::sort(trial_ranks.begin() + item->ranked_begin, trial_ranks.end());
 }
 
 void Lut::Impl::IndexExact() {

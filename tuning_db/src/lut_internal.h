@@ -263,8 +263,8 @@ struct Lut::Impl {
 
   // What an entry answers with. What a nearest search reads of its
   // neighbours comes first; the trials live on `arena` and the consensus's
-  // rankings in `ranked` and `slowdowns`, so an item costs few allocations
-  // to build and to free.
+  // rankings in `trial_ranks` and `slowdowns`, so an item costs few
+  // allocations to build and to free.
   struct Item {
     const Kernel* kernel = nullptr;  // nullptr: cannot answer, see `problem`
     const tuning::Trial* trial = nullptr;
@@ -272,7 +272,7 @@ struct Lut::Impl {
     uint64_t trial_hash = 0;  // of `trial`'s TrialId
     uint32_t variant = lut_internal::kNone;  // `trial`'s variant, interned in `strings`
     // For Consensus: log2(median / the fastest's) of the entry's fastest
-    // kRankedTrials trials by hash of their TrialId, sorted, in `ranked`
+    // kRankedTrials trials by hash of their TrialId, sorted, in `trial_ranks`
     // [ranked_begin, +ranked_count); of each variant's fastest, by interned
     // variant, in `slowdowns` [slowdowns_begin, +slowdowns_count).
     uint32_t ranked_begin = 0, ranked_count = 0;
@@ -348,7 +348,7 @@ struct Lut::Impl {
   // The items' trials (copies: a Lut outlives its TuningDb), and their
   // rankings for Consensus (see Item).
   google::protobuf::Arena arena;
-  std::vector<std::pair<uint64_t, float>> ranked;
+  std::vector<std::pair<uint64_t, float>> trial_ranks;
   std::vector<std::pair<uint32_t, float>> slowdowns;
   absl::flat_hash_map<uint64_t, uint32_t> exact;  // hash -> first item
   std::vector<uint32_t> exact_next;               // next item with that hash
@@ -512,7 +512,7 @@ struct Lut::Impl {
   std::string ChooseTrials(const std::string& op_name, const std::vector<const tuning::Trial*>& trials,
                            const KernelsByName& by_name, const ShapeArgs& own, const absl::Status& own_shape,
                            bool on_gpu, Item* item, lut_internal::BuildScratch* scratch);
-  // The item's rankings for Consensus (ranked, slowdowns, trial_hash),
+  // The item's rankings for Consensus (trial_ranks, slowdowns, trial_hash),
   // `winner` being the trial of `trials` it answers with.
   void RankTrials(const std::vector<const tuning::Trial*>& trials, const tuning::Trial* winner, Item* item,
                   lut_internal::BuildScratch* scratch);

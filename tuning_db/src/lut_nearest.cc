@@ -268,7 +268,7 @@ float Lut::Impl::Slowdown(const Best& best, uint32_t skip, const Item& winner) c
 }
 
 float Lut::Impl::SlowerAt(const Item& at, const Item& winner) const {
-  const auto* begin = ranked.data() + at.ranked_begin;
+  const auto* begin = trial_ranks.data() + at.ranked_begin;
   const auto* end = begin + at.ranked_count;
   const auto* it = std::lower_bound(begin, end, std::make_pair(winner.trial_hash, -std::numeric_limits<float>::infinity()));
   if (it != end && it->first == winner.trial_hash) return it->second;
