@@ -9,9 +9,11 @@
 #   libexec/, share/ (the worker, the shipped tables)
 #   test_plugins/  axpy/ and rowsum/, the conformance suite's (not the
 #             loader's and hardening tests' broken plugins: 0.7 MB)
-#   deps/     every library they link but the C runtime's own, which that
-#             machine has: Abseil, protobuf, oneTBB, OpenMP, Google
-#             Benchmark, oneDNN (libdnnl, ~40 MB of the bundle)
+#   deps.tar.gz  deps/: every library they link but the C runtime's own,
+#             which that machine has: Abseil, protobuf, oneTBB, OpenMP, Google
+#             Benchmark, oneDNN (libdnnl, ~40 MB of its ~46); packed with
+#             gzip (which every machine has) to leave the carry room, and
+#             unpacked into a scratch folder by scripts/gpu_check.sh
 #   python/   the build's kreg Python package (step cuda-arrays): _kreg for
 #             the build's Python (3.11), _kreg_torch.so for its torch
 #             (build/venv), libkreg_xla.so
@@ -135,8 +137,9 @@ done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.
 for f in $ours; do
   file -b "$f" | grep -q '^ELF' && strip --strip-unneeded "$f"
 done
+tar -C "$out" -czf "$out/deps.tar.gz" deps && rm -rf "$out/deps"
 kib=$(du -sk "$out" | cut -f1)
-du -sh "$out"/{bin,lib,deps,libexec,share,test_plugins} "$out"/python*
+du -sh "$out"/{bin,lib,deps.tar.gz,libexec,share,test_plugins} "$out"/python*
 echo "gpu_bundle: $out is $((kib / 1024)) MiB (limit ${limit_mib} MiB; the carry may be 64 MiB in all)"
 if [ "$kib" -gt $((limit_mib * 1024)) ]; then
   echo "gpu_bundle: over ${limit_mib} MiB: drop something the checks do not need" >&2

@@ -58,6 +58,15 @@ cd "$(dirname "$0")/.."
 prefix=${KREG_PREFIX:-}
 [ -n "$prefix" ] || { [ -d build/gpu-bundle ] && prefix=build/gpu-bundle || prefix=build/release; }
 prefix=$(cd "$prefix" && pwd) || exit 1
+# The bundle's libraries travel packed (scripts/gpu_bundle.sh): unpacked for
+# this run into a scratch folder, so the bundle stays as carried.
+deps=$prefix/deps
+if [ -f "$prefix/deps.tar.gz" ] && [ ! -d "$deps" ]; then
+  deps=$(mktemp -d "${TMPDIR:-/tmp}/kreg-deps.XXXXXX") || exit 1
+  trap 'rm -rf "$deps"' EXIT
+  tar -C "$deps" --strip-components=1 -xzf "$prefix/deps.tar.gz" ||
+    { echo "gpu_check: cannot unpack $prefix/deps.tar.gz" >&2; exit 1; }
+fi
 out=${OUT:-build/gpu-check-out}
 mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 1
 export prefix out
@@ -66,7 +75,7 @@ export PYTHON=${PYTHON:-python3}
 cores=$(nproc)
 export CPU_THREADS=${CPU_THREADS:-$((cores < 16 ? cores : 16))}
 export GPU_CHECK_QUICK=${GPU_CHECK_QUICK:-0}
-export LD_LIBRARY_PATH="$prefix/lib:$prefix/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$prefix/lib:$deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export KREG_PLUGIN_PATH=$prefix/lib/kreg/plugins${KREG_PLUGIN_PATH:+:$KREG_PLUGIN_PATH}  # gmm_bench reads it
 # cuBLAS (gmm/cuda_cublas loads it at run time): the system's, else a
 # PyTorch wheel's (where PYTHON's torch is, or a usual place).
