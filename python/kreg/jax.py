@@ -7,18 +7,18 @@
     grads = jax.grad(lambda l, r: kreg.jax.gmm(l, r, gs).sum(), (0, 1))(lhs, rhs)
 
 The handlers live in ``libkreg_xla.so`` beside this file (a C library: XLA's
-FFI and kreg's registry, no Python), registered for the CPU and CUDA
-platforms as ``kreg_topk``, ``kreg_gmm`` and ``kreg_tgmm``. Which kernel runs
-is asked of the tuning tables once per traced shape, at trace time
-(``TuningDb.query``: the shipped tables, with ``use_table(path)``'s in
-front), and handed to the handler as attributes (kernel, configuration,
-threads); the handler parses each configuration once. Where JAX has CUDA
-devices, each call is a ``jax.lax.platform_dependent`` of two: the CPU
-table's answer for the CPU, the GPU's (``device="cuda"``) for CUDA, whose
-handler takes XLA's device buffers in place and runs on XLA's stream. gmm's and tgmm's tables are keyed by a data class
-that their group sizes decide, which a trace does not see: the trace asks
-for ``balanced`` (every computed group at most twice the mean), the common
-case of a trained router.
+FFI and kreg's registry, no Python), registered for the CPU and CUDA platforms
+as ``kreg_topk``, ``kreg_gmm`` and ``kreg_tgmm``. Which kernel runs is asked
+of the tuning tables once per traced shape, at trace time (``TuningDb.query``:
+the shipped tables, with ``use_table(path)``'s in front), and handed to the
+handler as attributes (kernel, configuration, threads); the handler parses
+each configuration once. Where JAX and kreg both see a CUDA GPU, each call is
+a ``jax.lax.platform_dependent`` of two: the CPU table's answer for the CPU,
+the GPU's (``device="cuda"``) for CUDA, whose handler takes XLA's device
+buffers in place and runs on XLA's stream. gmm's and tgmm's tables are keyed
+by a data class that their group sizes decide, which a trace does not see: the
+trace asks for ``balanced`` (every computed group at most twice the mean), the
+common case of a trained router.
 
 Semantics are kreg's (``kreg list``; docs/DESIGN.md §4): top-k ranks NaN
 above +inf, equal values by ascending index, short row ranges fill with -1
