@@ -15,7 +15,9 @@
 // their order statistics, a little more than k of the row pass (three
 // standard deviations over k); one vector pass keeps the elements at or
 // above it with their columns (AVX2: compressed by a permutation table, no
-// branch per element), and those few are sorted. Where fewer than k pass (a
+// branch per element), and those few are sorted by an LSD radix sort of
+// their distance from the lowest of them, while the lines of the next row's
+// sample are already being fetched. Where fewer than k pass (a
 // sample that misjudged the row, as an adversarial one may) or far more
 // (ties at the threshold), the row is selected as without a sample, so the
 // result is exact either way.
@@ -116,55 +118,74 @@ __attribute__((target("avx2"))) int64_t ForEachAtLeast(const uint32_t* scores, i
   return i;
 }
 
+// One stable LSD pass per digit of kPasses digits of `width` bits, taken
+// from (score - lo) >> low, the top digit last; digits count down so that
+// better keys come first.
+template <int kPasses>
+void SortDigits(std::vector<uint64_t>& keys, std::vector<uint64_t>& tmp, std::vector<uint32_t>& counts, uint32_t lo,
+                int low, int width) {
+  const size_t n = keys.size();
+  const uint32_t mask = (1u << width) - 1;
+  const size_t buckets = size_t{1} << width;
+  auto digit = [&](uint64_t key, int p) {
+    return mask - (((static_cast<uint32_t>(key >> 32) - lo) >> (low + p * width)) & mask);
+  };
+  counts.assign(kPasses * buckets, 0);
+  uint32_t* c = counts.data();
+  for (uint64_t key : keys) {
+    for (int p = 0; p < kPasses; ++p) ++c[p * buckets + digit(key, p)];
+  }
+  tmp.resize(n);
+  for (int p = 0; p < kPasses; ++p) {
+    uint32_t* cp = c + p * buckets;
+    uint32_t pos = 0;
+    for (size_t b = 0; b < buckets; ++b) {
+      const uint32_t here = cp[b];
+      cp[b] = pos;
+      pos += here;
+    }
+    uint64_t* to = tmp.data();
+    for (uint64_t key : keys) to[cp[digit(key, p)]++] = key;
+    keys.swap(tmp);
+  }
+}
+
 // Sorts packed keys best first: score down, then column up (the packed
-// keys' own order). A stable LSD radix sort over the bits where scores
-// differ (`differ`: the OR of every score XOR one of them; 0 computes it),
-// in as few passes of at most 12 bits as they need (two for the k best of
-// a row of normal data, one for bf16's), `counts` and `tmp` its room.
+// keys' own order). A stable LSD radix sort of each score's distance from
+// the lowest, over only the bits where scores differ, in as few passes of
+// at most 12 bits as that range needs: two for the k best of a row of
+// normal f32 data (whose scores span about 2^24), one for bf16's (whose low
+// 16 bits never differ). Counting from the lowest score rather than over
+// every bit that differs matters where scores cross a power of two: 1.9
+// and 2.1 differ in every exponent bit but are close. `counts` and `tmp`
+// are its room.
 // REQUIRES: keys of equal score appear in column order, as Select collects
 // them.
-void SortBest(std::vector<uint64_t>& keys, std::vector<uint64_t>& tmp, std::vector<uint32_t>& counts,
-              uint32_t differ = 0) {
-  const size_t n = keys.size();
-  if (n < 64) {
+void SortBest(std::vector<uint64_t>& keys, std::vector<uint64_t>& tmp, std::vector<uint32_t>& counts) {
+  if (keys.size() < 64) {
     std::sort(keys.begin(), keys.end(), std::greater<>());
     return;
   }
-  if (differ == 0) {
-    for (uint64_t key : keys) differ |= static_cast<uint32_t>((key ^ keys[0]) >> 32);
-    if (differ == 0) return;  // one score: column order already
+  const uint32_t first = static_cast<uint32_t>(keys[0] >> 32);
+  uint32_t lo = first, hi = first, differ = 0;
+  for (uint64_t key : keys) {
+    const uint32_t score = static_cast<uint32_t>(key >> 32);
+    lo = std::min(lo, score);
+    hi = std::max(hi, score);
+    differ |= score ^ first;
   }
-  // Scores share every bit outside [low, low + bits): those order them.
+  if (differ == 0) return;  // one score: column order already
+  // Every score shares the bits below `low`, so the distances do too.
   const int low = __builtin_ctz(differ);
-  const int bits = 32 - __builtin_clz(differ) - low;
+  const int bits = 32 - __builtin_clz((hi - lo) >> low);
   const int passes = (bits + 11) / 12;
   const int width = (bits + passes - 1) / passes;
-  const uint32_t mask = (1u << width) - 1;
-  const size_t buckets = size_t{1} << width;
-  // Digit p of a key, counted from the top so that better keys come first.
-  auto digit = [&](uint64_t key, int p) { return mask - ((key >> (32 + low + p * width)) & mask); };
-  // One count of a digit after another stalls on the last; where the
-  // digits are narrow (bf16's), four interleaved counts take turns.
-  const size_t copies = width <= 10 ? 4 : 1;
-  counts.assign(copies * passes * buckets, 0);
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t* c = counts.data() + (i % copies) * passes * buckets;
-    for (int p = 0; p < passes; ++p) ++c[p * buckets + digit(keys[i], p)];
-  }
-  for (size_t copy = 1; copy < copies; ++copy) {
-    for (size_t b = 0; b < passes * buckets; ++b) counts[b] += counts[copy * passes * buckets + b];
-  }
-  tmp.resize(n);
-  for (int p = 0; p < passes; ++p) {
-    uint32_t* c = counts.data() + p * buckets;
-    uint32_t pos = 0;
-    for (size_t b = 0; b < buckets; ++b) {
-      const uint32_t here = c[b];
-      c[b] = pos;
-      pos += here;
-    }
-    for (uint64_t key : keys) tmp[c[digit(key, p)]++] = key;
-    keys.swap(tmp);
+  if (passes == 1) {
+    SortDigits<1>(keys, tmp, counts, lo, low, width);
+  } else if (passes == 2) {
+    SortDigits<2>(keys, tmp, counts, lo, low, width);
+  } else {
+    SortDigits<3>(keys, tmp, counts, lo, low, width);
   }
 }
 
@@ -291,22 +312,33 @@ void SelectScores(const uint32_t* scores, const int32_t* cols, int64_t base, int
 constexpr int64_t kSample = 1024;
 constexpr int64_t kSampleRun = 16;
 
+constexpr int64_t kSampleRuns = kSample / kSampleRun;
+
+// Where sample run r of a row of len elements starts.
+int64_t SampleRunStart(int64_t len, int64_t r) {
+  const int64_t step = len / kSampleRuns;
+  return r * step + (step - kSampleRun) / 2;
+}
+
+// Asks for the lines of a row's sample all at once, not one miss after
+// another: at the start of the row, and while the row before it is sorted.
+void PrefetchSample(const void* first, bool bf16, int64_t len) {
+  const int64_t size = bf16 ? 2 : 4;
+  for (int64_t r = 0; r < kSampleRuns; ++r) {
+    const char* at = static_cast<const char*>(first) + SampleRunStart(len, r) * size;
+    __builtin_prefetch(at);
+    __builtin_prefetch(at + (kSampleRun - 1) * size);
+  }
+}
+
 uint32_t SampledThreshold(const void* first, bool bf16, uint32_t flip, int64_t len, int64_t k, Scratch& s) {
   const double expected = static_cast<double>(k) * static_cast<double>(kSample) / static_cast<double>(len);
   const int64_t rank = static_cast<int64_t>(std::ceil(expected + 3 * std::sqrt(expected) + 2));
   if (rank >= kSample / 2) return 0;
   s.scores.resize(kSample);
-  const int64_t runs = kSample / kSampleRun;
-  const int64_t step = len / runs;
-  const int64_t size = bf16 ? 2 : 4;
-  auto run_start = [&](int64_t r) { return r * step + (step - kSampleRun) / 2; };
-  for (int64_t r = 0; r < runs; ++r) {  // every run's lines asked for at once, not one miss after another
-    const char* at = static_cast<const char*>(first) + run_start(r) * size;
-    __builtin_prefetch(at);
-    __builtin_prefetch(at + (kSampleRun - 1) * size);
-  }
-  for (int64_t r = 0; r < runs; ++r) {
-    const int64_t at = run_start(r);
+  PrefetchSample(first, bf16, len);
+  for (int64_t r = 0; r < kSampleRuns; ++r) {
+    const int64_t at = SampleRunStart(len, r);
     for (int64_t j = 0; j < kSampleRun; ++j) {
       const uint32_t bits = bf16 ? static_cast<uint32_t>(static_cast<const uint16_t*>(first)[at + j]) << 16
                                  : static_cast<const uint32_t*>(first)[at + j];
@@ -462,8 +494,11 @@ struct RadixConfig {
   bool avx512;
 };
 
-void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end, int64_t k, const RadixConfig& cfg,
-            Scratch& s, std::vector<uint64_t>& out) {
+// Selects the k best of row[start, end) into out. `next` is the row this
+// thread likely takes next (or null), whose sample is fetched at the same
+// columns while this one is sorted.
+void Select(const void* row, const void* next, bool bf16, bool largest, int64_t start, int64_t end, int64_t k,
+            const RadixConfig& cfg, Scratch& s, std::vector<uint64_t>& out) {
   const int64_t len = end - start;
   out.clear();
   if (k == 0 || len == 0) return;
@@ -479,13 +514,10 @@ void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end
       auto* collect = cfg.avx512 ? CollectAtLeast512 : cfg.avx2 ? CollectAtLeast : CollectAtLeastScalar;
       const int64_t n = collect(first, bf16, len, flip, t, start, limit, s.scores.data(), s.cols.data());
       if (n >= k) {  // a few more than k: sorting them all is cheaper than selecting first
+        if (next != nullptr) PrefetchSample(static_cast<const char*>(next) + start * (bf16 ? 2 : 4), bf16, len);
         out.resize(n);
-        uint32_t differ = 0;
-        for (int64_t i = 0; i < n; ++i) {
-          out[i] = Pack(s.scores[i], s.cols[i]);
-          differ |= s.scores[i] ^ s.scores[0];
-        }
-        if (differ != 0) SortBest(out, s.tmp, s.counts, differ);
+        for (int64_t i = 0; i < n; ++i) out[i] = Pack(s.scores[i], s.cols[i]);
+        SortBest(out, s.tmp, s.counts);
         out.resize(k);
         return;
       }
@@ -518,7 +550,8 @@ kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* h
   tbb::enumerable_thread_specific<Scratch> scratch;
   const kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
                                                std::vector<uint64_t>& keys) {
-    Select(InputRow(a, r), bf16, a.largest, start, end, a.k, cfg, scratch.local(), keys);
+    const void* next = r + 1 < a.input->shape[0] ? InputRow(a, r + 1) : nullptr;
+    Select(InputRow(a, r), next, bf16, a.largest, start, end, a.k, cfg, scratch.local(), keys);
     return 0;
   });
   return Finish(status, msg, cap);
