@@ -414,8 +414,11 @@ TEST(TopKRadixTest, SampledThresholdStaysExactOnAdversarialLongRows) {
   // way the sample can misjudge the row: ties at the threshold, one value,
   // the special values, sorted rows, and winners exactly at the sampled
   // columns (the sample sees only them, so too few pass and the row falls
-  // back to the whole-row histogram, as too many do).
-  constexpr int64_t kRows = 7, kLen = 20000;
+  // back to the whole-row histogram, as too many do). The last two put the
+  // threshold where the pass's float comparison has its ends: among NaNs
+  // (only NaN passes) and between -0 and the negative subnormals (the
+  // smallest: -0's score is +0's).
+  constexpr int64_t kRows = 9, kLen = 20000;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> rows(kRows * kLen);
   std::mt19937 rng(11);
@@ -429,6 +432,9 @@ TEST(TopKRadixTest, SampledThresholdStaysExactOnAdversarialLongRows) {
     rows[4 * kLen + i] = static_cast<float>(i);
     rows[5 * kLen + i] = -static_cast<float>(i);
     rows[6 * kLen + i] = normal(rng) - 10.0f;
+    rows[7 * kLen + i] = (rng() % 5 == 0) ? (rng() % 2 ? nan : -nan) : normal(rng);
+    const float tiny[] = {0.0f, -0.0f, -std::numeric_limits<float>::denorm_min(), -1e-39f, 1e-39f};
+    rows[8 * kLen + i] = tiny[rng() % 5];
   }
   // radix.cc's SampledThreshold samples 64 runs of 16, run r from
   // r * step + (step - 16) / 2, step = len / 64.
@@ -446,7 +452,8 @@ TEST(TopKRadixTest, SampledThresholdStaysExactOnAdversarialLongRows) {
         input.data_as<uint16_t>()[i] = static_cast<uint16_t>(bits >> 16);
       }
     }
-    const Tensor starts = I32({0, 5, 0, 13, 0, 1, 0}), ends = I32({20000, 19990, 20000, 20000, 17000, 20000, 20000});
+    const Tensor starts = I32({0, 5, 0, 13, 0, 1, 0, 0, 3}),
+                 ends = I32({20000, 19990, 20000, 20000, 17000, 20000, 20000, 20000, 19999});
     for (int64_t k : {1, 100, 2048, 5000}) {
       for (bool largest : {true, false}) {
         for (bool ranges : {false, true}) {

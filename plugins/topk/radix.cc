@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -69,7 +70,7 @@ const kreg_param_desc kCapacityParam = {
 const kreg_param_desc* const kParams[] = {&kFirstBitsParam, &kRoundBitsParam, &kCapacityParam};
 
 struct Scratch {
-  std::vector<uint32_t> scores;  // the row's, or the sampled pass's survivors'
+  std::vector<uint32_t> scores;  // the row's, or the sampled pass's survivors' float bits
   std::vector<int32_t> cols;     // the survivors' columns
   std::vector<uint32_t> hist;
   std::vector<uint32_t> counts;  // Histogram's interleaved counts
@@ -374,27 +375,54 @@ const std::array<std::array<int32_t, 8>, 256> kCompress = [] {
   return table;
 }();
 
-// OrderedKey of eight float32 bits, as the scalar one.
-__attribute__((target("avx2"))) inline __m256i OrderedKeys(__m256i u) {
-  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                         _mm256_set1_epi32(0x7f800000));
-  u = _mm256_andnot_si256(_mm256_cmpeq_epi32(u, sign), u);  // -0 as +0
-  const __m256i key = _mm256_xor_si256(u, _mm256_or_si256(_mm256_srai_epi32(u, 31), sign));
-  return _mm256_blendv_epi8(key, _mm256_set1_epi32(static_cast<int>(0xfffffffeu)), nan);
+// A threshold on scores as a comparison of the elements themselves, so
+// that the pass over a row computes no scores: a score (OrderedKey ^ flip)
+// reaches t exactly where x `cmp` f, with cmp _CMP_NLT_UQ for the largest
+// (x >= f, NaN, the top score, passing too) or _CMP_LE_OQ for the smallest
+// (x <= f, NaN failing). -0 and +0 compare equal, as their scores do. cmp
+// is 0 at the ends where no float compares so (only NaN passes, or
+// nothing): there the scores are compared.
+struct FloatBound {
+  int cmp;
+  float f;
+};
+
+FloatBound BoundOf(uint32_t t, bool largest) {
+  constexpr uint32_t kMinusInf = 0x007fffffu, kPlusInf = 0xff800000u;  // their scores
+  auto value = [](uint32_t key) {  // the float whose OrderedKey is key, for key in [kMinusInf, kPlusInf]
+    const uint32_t bits = key >= 0x80000000u ? key ^ 0x80000000u : ~key;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  };
+  if (largest) {
+    if (t > kPlusInf) return {0, 0};
+    return {_CMP_NLT_UQ, value(std::max(t, kMinusInf))};
+  }
+  uint32_t at_most = ~t;  // OrderedKey(x) <= at_most
+  if (at_most < kMinusInf) return {0, 0};
+  // 0x7fffffff is no float's score (it would be -0's): the next below is.
+  if (at_most == 0x7fffffffu) at_most = 0x7ffffffeu;
+  return {_CMP_LE_OQ, value(std::min(at_most, kPlusInf))};
 }
 
-// CollectAtLeast (below) without a vector ISA.
-int64_t CollectAtLeastScalar(const void* first, bool bf16, int64_t len, uint32_t flip, uint32_t t, int64_t base,
-                             int64_t limit, uint32_t* scores, int32_t* cols) {
+// Element i of a row as float32 bits.
+inline uint32_t BitsAt(const void* first, bool bf16, int64_t i) {
+  return bf16 ? static_cast<uint32_t>(static_cast<const uint16_t*>(first)[i]) << 16
+              : static_cast<const uint32_t*>(first)[i];
+}
+
+// Writes the elements of the row's [0, len) whose score reaches t, as float
+// bits, and their columns (base + i) to bits and cols, in column order;
+// returns how many, or -1 once more than `limit` pass. REQUIRES: room for
+// limit + 16 in each output.
+int64_t CollectScalar(const void* first, bool bf16, int64_t len, uint32_t flip, uint32_t t, int64_t base,
+                      int64_t limit, uint32_t* bits, int32_t* cols) {
   int64_t n = 0;
   for (int64_t i = 0; i < len; ++i) {
-    const uint32_t bits = bf16 ? static_cast<uint32_t>(static_cast<const uint16_t*>(first)[i]) << 16
-                               : static_cast<const uint32_t*>(first)[i];
-    const uint32_t key = OrderedKey(bits) ^ flip;
-    scores[n] = key;
+    bits[n] = BitsAt(first, bf16, i);
     cols[n] = static_cast<int32_t>(base + i);
-    n += key >= t;
+    n += (OrderedKey(bits[n]) ^ flip) >= t;
     if (n > limit) return -1;
   }
   return n;
@@ -407,23 +435,13 @@ int64_t CollectAtLeastScalar(const void* first, bool bf16, int64_t len, uint32_t
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-// OrderedKey of sixteen float32 bits.
-__attribute__((target("avx512f"))) inline __m512i OrderedKeys512(__m512i u) {
-  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
-  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                _mm512_set1_epi32(0x7f800000));
-  u = _mm512_maskz_mov_epi32(_mm512_cmpneq_epi32_mask(u, sign), u);  // -0 as +0
-  const __m512i key = _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), sign));
-  return _mm512_mask_mov_epi32(key, nan, _mm512_set1_epi32(static_cast<int>(0xfffffffeu)));
-}
-
-// CollectAtLeast sixteen at a time, with AVX-512's compress. REQUIRES:
-// room for limit + 16 in each output.
-__attribute__((target("avx512f"))) int64_t CollectAtLeast512(const void* first, bool bf16, int64_t len,
-                                                             uint32_t flip, uint32_t t, int64_t base, int64_t limit,
-                                                             uint32_t* scores, int32_t* cols) {
-  const __m512i vt = _mm512_set1_epi32(static_cast<int>(t));
-  const __m512i vflip = _mm512_set1_epi32(static_cast<int>(flip));
+// CollectScalar by a FloatBound (kCmp its cmp), sixteen at a time with
+// AVX-512's compress.
+template <int kCmp>
+__attribute__((target("avx512f"))) int64_t Collect512(const void* first, bool bf16, int64_t len, uint32_t flip,
+                                                      uint32_t t, float f, int64_t base, int64_t limit, uint32_t* bits,
+                                                      int32_t* cols) {
+  const __m512 vf = _mm512_set1_ps(f);
   __m512i col = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(base)),
                                  _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   const __m512i sixteen = _mm512_set1_epi32(16);
@@ -435,16 +453,15 @@ __attribute__((target("avx512f"))) int64_t CollectAtLeast512(const void* first, 
                                      reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(first) + i))),
                                  16)
              : _mm512_loadu_si512(static_cast<const uint32_t*>(first) + i);
-    const __m512i key = _mm512_xor_si512(OrderedKeys512(u), vflip);
-    const __mmask16 m = _mm512_cmpge_epu32_mask(key, vt);
-    _mm512_storeu_si512(scores + n, _mm512_maskz_compress_epi32(m, key));
+    const __mmask16 m = _mm512_cmp_ps_mask(_mm512_castsi512_ps(u), vf, kCmp);
+    _mm512_storeu_si512(bits + n, _mm512_maskz_compress_epi32(m, u));
     _mm512_storeu_si512(cols + n, _mm512_maskz_compress_epi32(m, col));
     n += __builtin_popcount(m);
     col = _mm512_add_epi32(col, sixteen);
     if (n > limit) return -1;
   }
-  const int64_t rest = CollectAtLeastScalar(static_cast<const char*>(first) + i * (bf16 ? 2 : 4), bf16, len - i, flip,
-                                            t, base + i, limit - n, scores + n, cols + n);
+  const int64_t rest = CollectScalar(static_cast<const char*>(first) + i * (bf16 ? 2 : 4), bf16, len - i, flip, t,
+                                     base + i, limit - n, bits + n, cols + n);
   return rest < 0 ? -1 : n + rest;
 }
 
@@ -452,16 +469,13 @@ __attribute__((target("avx512f"))) int64_t CollectAtLeast512(const void* first, 
 #pragma GCC diagnostic pop
 #endif
 
-// Writes the scores at or above t of the row's [0, len) elements and their
-// columns (base + i) to scores and cols, in column order; returns how many,
-// or -1 once more than `limit` pass. REQUIRES: t > 0; room for limit + 8 in
-// each output.
-__attribute__((target("avx2"))) int64_t CollectAtLeast(const void* first, bool bf16, int64_t len, uint32_t flip,
-                                                       uint32_t t, int64_t base, int64_t limit, uint32_t* scores,
-                                                       int32_t* cols) {
-  const __m256i bias = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  const __m256i below = _mm256_set1_epi32(static_cast<int>((t ^ 0x80000000u) - 1));
-  const __m256i vflip = _mm256_set1_epi32(static_cast<int>(flip));
+// Collect512 eight at a time with AVX2, a permutation table standing in
+// for compress.
+template <int kCmp>
+__attribute__((target("avx2"))) int64_t Collect256(const void* first, bool bf16, int64_t len, uint32_t flip,
+                                                   uint32_t t, float f, int64_t base, int64_t limit, uint32_t* bits,
+                                                   int32_t* cols) {
+  const __m256 vf = _mm256_set1_ps(f);
   __m256i col = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(base)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   const __m256i eight = _mm256_set1_epi32(8);
   int64_t n = 0;
@@ -472,17 +486,16 @@ __attribute__((target("avx2"))) int64_t CollectAtLeast(const void* first, bool b
                                      reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(first) + i))),
                                  16)
              : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint32_t*>(first) + i));
-    const __m256i key = _mm256_xor_si256(OrderedKeys(u), vflip);
-    const int m = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_xor_si256(key, bias), below)));
+    const int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_castsi256_ps(u), vf, kCmp));
     const __m256i perm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kCompress[m].data()));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(scores + n), _mm256_permutevar8x32_epi32(key, perm));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + n), _mm256_permutevar8x32_epi32(u, perm));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(cols + n), _mm256_permutevar8x32_epi32(col, perm));
     n += __builtin_popcount(static_cast<unsigned>(m));
     col = _mm256_add_epi32(col, eight);
     if (n > limit) return -1;
   }
-  const int64_t rest = CollectAtLeastScalar(static_cast<const char*>(first) + i * (bf16 ? 2 : 4), bf16, len - i, flip,
-                                            t, base + i, limit - n, scores + n, cols + n);
+  const int64_t rest = CollectScalar(static_cast<const char*>(first) + i * (bf16 ? 2 : 4), bf16, len - i, flip, t,
+                                     base + i, limit - n, bits + n, cols + n);
   return rest < 0 ? -1 : n + rest;
 }
 
@@ -493,6 +506,25 @@ struct RadixConfig {
   bool avx2;
   bool avx512;
 };
+
+// CollectScalar, by a float comparison and vectors where it can.
+int64_t Collect(const void* first, bool bf16, int64_t len, uint32_t flip, uint32_t t, int64_t base, int64_t limit,
+                const RadixConfig& cfg, uint32_t* bits, int32_t* cols) {
+  const FloatBound b = BoundOf(t, flip == 0);
+  if (b.cmp == _CMP_NLT_UQ && cfg.avx512) {
+    return Collect512<_CMP_NLT_UQ>(first, bf16, len, flip, t, b.f, base, limit, bits, cols);
+  }
+  if (b.cmp == _CMP_LE_OQ && cfg.avx512) {
+    return Collect512<_CMP_LE_OQ>(first, bf16, len, flip, t, b.f, base, limit, bits, cols);
+  }
+  if (b.cmp == _CMP_NLT_UQ && cfg.avx2) {
+    return Collect256<_CMP_NLT_UQ>(first, bf16, len, flip, t, b.f, base, limit, bits, cols);
+  }
+  if (b.cmp == _CMP_LE_OQ && cfg.avx2) {
+    return Collect256<_CMP_LE_OQ>(first, bf16, len, flip, t, b.f, base, limit, bits, cols);
+  }
+  return CollectScalar(first, bf16, len, flip, t, base, limit, bits, cols);
+}
 
 // Selects the k best of row[start, end) into out. `next` is the row this
 // thread likely takes next (or null), whose sample is fetched at the same
@@ -511,12 +543,11 @@ void Select(const void* row, const void* next, bool bf16, bool largest, int64_t 
       const int64_t limit = std::min(len, 2 * (k + len / kSample) + 64);
       s.scores.resize(limit + 16);
       s.cols.resize(limit + 16);
-      auto* collect = cfg.avx512 ? CollectAtLeast512 : cfg.avx2 ? CollectAtLeast : CollectAtLeastScalar;
-      const int64_t n = collect(first, bf16, len, flip, t, start, limit, s.scores.data(), s.cols.data());
+      const int64_t n = Collect(first, bf16, len, flip, t, start, limit, cfg, s.scores.data(), s.cols.data());
       if (n >= k) {  // a few more than k: sorting them all is cheaper than selecting first
         if (next != nullptr) PrefetchSample(static_cast<const char*>(next) + start * (bf16 ? 2 : 4), bf16, len);
         out.resize(n);
-        for (int64_t i = 0; i < n; ++i) out[i] = Pack(s.scores[i], s.cols[i]);
+        for (int64_t i = 0; i < n; ++i) out[i] = Pack(OrderedKey(s.scores[i]) ^ flip, s.cols[i]);
         SortBest(out, s.tmp, s.counts);
         out.resize(k);
         return;
