@@ -174,10 +174,11 @@ struct Product {
   Src a, b;
   int64_t local = 0;  // local group index (prepacked weights)
   int64_t first = 0;  // gmm: first output row; tgmm: unused
-  // Copy f32 A into the task's padded buffer rather than read it in place:
-  // tgmm's A rows lie m elements apart (16 KiB for m = 4096), so a block's
-  // rows fall into the same few L1 sets and evict one another between the
-  // B strips that reread them; copied, they are lda apart (padded).
+  // Copy A (f32, or bf16 for the pair kernels) into the task's padded
+  // buffer rather than read it in place: tgmm's A rows lie m elements
+  // apart (16 KiB for f32, m = 4096), so a block's rows fall into the same
+  // few L1 sets and evict one another between the B strips that reread
+  // them; copied, they are lda apart (padded).
   bool pack_a = false;
 };
 
