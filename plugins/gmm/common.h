@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <new>
@@ -91,6 +92,21 @@ inline bool AnyNonFinite(const void* row, bool bf16, int64_t n) {
     for (int64_t j = 0; j < n; ++j) all |= static_cast<uint32_t>((u[j] & 0x7f800000u) == 0x7f800000u);
   }
   return all != 0;
+}
+
+// The largest magnitude in a row of f32 or bf16 elements, as the bits of a
+// non-negative f32 (bf16 widened): magnitudes order as these integers do,
+// so a result >= 0x7f800000 means an infinity or NaN is in the row.
+inline uint32_t MaxAbsBits(const void* row, bool bf16, int64_t n) {
+  uint32_t most = 0;
+  if (bf16) {
+    const uint16_t* h = static_cast<const uint16_t*>(row);
+    for (int64_t j = 0; j < n; ++j) most = std::max(most, static_cast<uint32_t>(h[j] & 0x7fffu) << 16);
+  } else {
+    const uint32_t* u = static_cast<const uint32_t*>(row);
+    for (int64_t j = 0; j < n; ++j) most = std::max(most, u[j] & 0x7fffffffu);
+  }
+  return most;
 }
 
 // ---- Views -------------------------------------------------------------------

@@ -6,6 +6,7 @@
 // larger than the cache), and their validation errors.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -242,6 +243,37 @@ TEST_P(GroupedMatmulTest, OutputsLargerThanTheCache) {
   EXPECT_EQ(tally.refused, 0);
   std::cout << kernel_->name() << ": outputs of " << out_bytes / (1 << 20) << " MiB, " << tally.runs
             << " checked runs\n";
+}
+
+// Every input finite, but products near FLT_MAX whose float sums overflow
+// (to infinities, and to NaN where opposite infinities meet): a kernel that
+// knows from its inputs that no output can be non-finite (tgmm/onednn skips
+// its output scan so) must see that here it can, and come out as the
+// reference's double sums rounded once (infinities where they overflow).
+// f32 in and out, f32 and bf16 exactly representable values.
+TEST_P(GroupedMatmulTest, FiniteInputsWhoseSumsOverflow) {
+  const bool gmm = kernel_->op() == "gmm";
+  constexpr int64_t m = 12, k = 5, n = 7;
+  const std::vector<int32_t> sizes = {4, 0, 7};  // row 11 past the groups
+  // 1.5e19 rounds to 0x5f50 in bf16's top bits: the same in both dtypes.
+  auto big = [](int64_t i) {
+    uint32_t bits = 0x5f500000u | (i % 3 == 0 ? 0x80000000u : 0u);
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return i % 4 == 1 ? 0.5f : f;
+  };
+  std::vector<float> lhs(m * k), rhs((gmm ? 3 * k : m) * n);
+  for (size_t i = 0; i < lhs.size(); ++i) lhs[i] = big(static_cast<int64_t>(i));
+  for (size_t i = 0; i < rhs.size(); ++i) rhs[i] = big(static_cast<int64_t>(i * 7 + 2));
+  Case c;
+  c.values = {{"m", absl::StrCat(m)}, {"k", absl::StrCat(k)}, {"n", absl::StrCat(n)}};
+  c.options.inputs["group_sizes"] = I32(sizes);
+  c.options.inputs["lhs"] = gmm ? F32({m, k}, lhs) : F32({k, m}, lhs);
+  c.options.inputs["rhs"] = gmm ? F32({3, k, n}, rhs) : F32({m, n}, rhs);
+  Tally tally;
+  CheckKernel(*kernel_, c, tally, /*max_configs=*/32);
+  EXPECT_EQ(tally.refused, 0);
+  EXPECT_GT(tally.runs, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(GroupedOps, GroupedMatmulTest, ::testing::ValuesIn(GroupedKernels()), TestName);

@@ -11,9 +11,10 @@
 // zero-padded; the next slice prefetched meanwhile) into a thread-local
 // buffer, and runs the micro-kernel panel (micro.h) over blocks of the
 // task's rows into a float accumulator, then stores it once (existing_out
-// added, one rounding to out's dtype). A is read in place (f32 for the f32
-// kernels; bf16 for the pair kernels, but for a slice of odd length, copied
-// with a pad); bf16 A is widened for the f32 kernels. A product with several
+// added, one rounding to out's dtype). gmm reads A in place (f32 for the
+// f32 kernels; bf16 for the pair kernels, but for a slice of odd length,
+// copied with a pad); tgmm, whose A rows lie far apart, copies it into a
+// padded buffer; bf16 A is widened for the f32 kernels. A product with several
 // row tasks keeps B's whole packed column panel per thread, so a thread's
 // next task of that panel packs nothing. A group may start anywhere and its
 // last tile may be partial; k and n need not divide the tiles.
@@ -36,6 +37,7 @@
 #include <memory>
 #include <vector>
 
+#include <emmintrin.h>
 #include <xmmintrin.h>
 
 #include <oneapi/tbb/enumerable_thread_specific.h>
@@ -172,6 +174,12 @@ struct Product {
   Src a, b;
   int64_t local = 0;  // local group index (prepacked weights)
   int64_t first = 0;  // gmm: first output row; tgmm: unused
+  // Copy A (f32, or bf16 for the pair kernels) into the task's padded
+  // buffer rather than read it in place: tgmm's A rows lie m elements
+  // apart (16 KiB for f32, m = 4096), so a block's rows fall into the same
+  // few L1 sets and evict one another between the B strips that reread
+  // them; copied, they are lda apart (padded).
+  bool pack_a = false;
 };
 
 // Rows [i0, i0 + rows) x reduction [p0, p0 + kc) of A into dst (row stride
@@ -274,7 +282,16 @@ void PackB(const Src& b, int64_t p0, int64_t kc, int64_t c0, int64_t cols, int n
           const uint16_t* __restrict in = static_cast<const uint16_t*>(b.p) + (p0 + p) * b.ld + c0 + s * nr;
           for (int64_t j = 0; j < width; ++j) out[j] = static_cast<uint32_t>(in[j]) << 16;
         } else {
-          std::memcpy(out, static_cast<const uint32_t*>(b.p) + (p0 + p) * b.ld + c0 + s * nr, width * 4);
+          // A strip row is 64 or 128 bytes: copies of a constant size are
+          // inlined (a call per strip row was a tenth of skewed gmm's time).
+          const uint32_t* in = static_cast<const uint32_t*>(b.p) + (p0 + p) * b.ld + c0 + s * nr;
+          if (width == 16) {
+            std::memcpy(out, in, 16 * 4);
+          } else if (width == 32) {
+            std::memcpy(out, in, 32 * 4);
+          } else {
+            std::memcpy(out, in, width * 4);
+          }
         }
         for (int64_t j = width; j < nr; ++j) out[j] = 0;
       }
@@ -368,10 +385,11 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
     const int64_t lda = kcp + (pairs ? 32 : 16);  // padded: rows do not alias in L1
     // A is read in place where its rows, contiguous along the reduction,
     // are what the micro-kernel reads: f32 for f32 kernels, bf16 for the
-    // pair kernels in a slice of even length. Otherwise bf16 is widened, or
-    // copied with a zero pad past an odd slice for the pair kernels.
+    // pair kernels in a slice of even length; not for tgmm (Product::pack_a).
+    // Otherwise bf16 is widened, or copied with a zero pad past an odd slice
+    // for the pair kernels.
     s.c.resize(rows_pad * ldc);
-    if (pr.a.bf16) s.a.resize(block * lda);
+    if (pr.a.bf16 || pr.pack_a) s.a.resize(block * lda);
     // Several row tasks share this product's B: pack its whole column panel
     // once per thread (slice p0 at p0 * ldc elements).
     const bool whole = packed == nullptr && pr.rows > t.tm;
@@ -398,7 +416,7 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
       // (spread over the first row block's panel).
       const int64_t next = p0 + t.tk;
       const bool fetch_next = pack && next < pr.depth && !pr.b.trans;
-      const bool direct_a = pairs ? kc % 2 == 0 : !pr.a.bf16;
+      const bool direct_a = pairs ? kc % 2 == 0 && !pr.pack_a : !pr.a.bf16 && !pr.pack_a;
       for (int64_t i0 = 0; i0 < task.rows; i0 += block) {
         const int64_t rows = std::min(block, task.rows - i0);
         PanelArgs args;
@@ -443,6 +461,34 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
 // a VM the reported L3 is often the host's (320 MiB on that Zen 4).
 constexpr int64_t kStreamOutBytes = int64_t{64} << 20;
 
+// Copies n floats of c to o (non-temporal stores where `stream` and o is
+// 16-byte aligned) and says whether any was non-finite: one pass over the
+// accumulator, where a copy and a separate check took two.
+inline bool CopyF32Row(float* o, const float* c, int64_t n, bool stream) {
+  const __m128i exponent = _mm_set1_epi32(0x7f800000);
+  __m128i bad = _mm_setzero_si128();
+  int64_t j = 0;
+  if (stream && reinterpret_cast<uintptr_t>(o) % 16 == 0) {
+    for (; j + 4 <= n; j += 4) {
+      const __m128 x = _mm_loadu_ps(c + j);
+      bad = _mm_or_si128(bad, _mm_cmpeq_epi32(_mm_and_si128(_mm_castps_si128(x), exponent), exponent));
+      _mm_stream_ps(o + j, x);
+    }
+  } else {
+    for (; j + 4 <= n; j += 4) {
+      const __m128 x = _mm_loadu_ps(c + j);
+      bad = _mm_or_si128(bad, _mm_cmpeq_epi32(_mm_and_si128(_mm_castps_si128(x), exponent), exponent));
+      _mm_storeu_ps(o + j, x);
+    }
+  }
+  bool tail = false;
+  for (; j < n; ++j) {
+    o[j] = c[j];
+    tail |= !std::isfinite(c[j]);
+  }
+  return tail || _mm_movemask_epi8(bad) != 0;
+}
+
 // Stores a task's rows into out rows out_row(i) (+ existing_row(i) when not
 // NULL); a non-finite accumulator is replaced by exact(i, j), the
 // reference's double sum (see the top). `stream`: f32 rows without
@@ -455,22 +501,21 @@ void StoreTask(const Task& task, const float* c, int64_t ldc, bool out_bf16, boo
     const void* e = existing_row(task.r0 + i);
     if (e != nullptr) e = Advance(e, out_bf16, task.c0);
     const float* ci = c + i * ldc;
-    if (out_bf16) {
-      uint16_t* ob = static_cast<uint16_t*>(o);
-      for (int64_t j = 0; j < task.cols; ++j) ob[j] = FloatToBf16(e ? ci[j] + LoadAt(e, true, j) : ci[j]);
-    } else if (e == nullptr && stream && reinterpret_cast<uintptr_t>(o) % 16 == 0) {
-      float* of = static_cast<float*>(o);
-      int64_t j = 0;
-      for (; j + 4 <= task.cols; j += 4) _mm_stream_ps(of + j, _mm_loadu_ps(ci + j));
-      for (; j < task.cols; ++j) of[j] = ci[j];
-    } else if (e == nullptr) {
-      std::memcpy(o, ci, task.cols * sizeof(float));
+    bool wild;
+    if (!out_bf16 && e == nullptr) {
+      wild = CopyF32Row(static_cast<float*>(o), ci, task.cols, stream);
     } else {
-      float* of = static_cast<float*>(o);
-      const float* ef = static_cast<const float*>(e);
-      for (int64_t j = 0; j < task.cols; ++j) of[j] = ci[j] + ef[j];
+      if (out_bf16) {
+        uint16_t* ob = static_cast<uint16_t*>(o);
+        for (int64_t j = 0; j < task.cols; ++j) ob[j] = FloatToBf16(e ? ci[j] + LoadAt(e, true, j) : ci[j]);
+      } else {
+        float* of = static_cast<float*>(o);
+        const float* ef = static_cast<const float*>(e);
+        for (int64_t j = 0; j < task.cols; ++j) of[j] = ci[j] + ef[j];
+      }
+      wild = AnyNonFinite(ci, false, task.cols);
     }
-    if (!AnyNonFinite(ci, false, task.cols)) continue;
+    if (!wild) continue;
     for (int64_t j = 0; j < task.cols; ++j) {
       if (std::isfinite(ci[j])) continue;
       double d = exact(task.r0 + i, task.c0 + j);
@@ -614,6 +659,7 @@ kreg_status TgmmRun(const kreg_config* config, const kreg_args* args, void*, voi
       pr.a = {Advance(lhs.p, v.in_bf16, starts[g]), lhs.ld, v.in_bf16, false};
       pr.b = {rhs.Row(starts[g]), rhs.ld, v.in_bf16, false};
       pr.local = g - v.group_offset;
+      pr.pack_a = true;
       products.push_back(pr);
     }
     const bool stream = v.local_groups * v.k * v.n * (v.out_bf16 ? 2 : 4) > kStreamOutBytes;
