@@ -375,9 +375,10 @@ kreg_status GmmRun(const View& v, State& s, const kreg_host* host) {
 // and max|lhs| * max|rhs| * (the largest group) is under FLT_MAX / 16, so no
 // float product or partial sum, in any order, nor the rounding to bf16,
 // overflows (the float error of a sum of d terms is at most d * 2^-24 of its
-// magnitudes' sum: under twice it for d < 2^22). Then the output needs no scan: tgmm's output (local_groups x k
-// x n) is far larger than its inputs (the skewed benchmark's: 512 MiB
-// against 48), and a pass over it is a tenth of the call.
+// magnitudes' sum: under twice it for d < 2^22). Then the output needs no
+// scan: tgmm's output (local_groups x k x n) is far larger than its inputs
+// (the skewed benchmark's: 512 MiB against 48), and a pass over it is a
+// tenth of the call.
 bool TgmmOutputsFinite(const View& v, const std::vector<int64_t>& starts, const kreg_host* host) {
   const int64_t first = starts[v.group_offset], last = starts[v.group_offset + v.local_groups];
   int64_t depth = 0;
