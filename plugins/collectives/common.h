@@ -384,6 +384,7 @@ class Link {
     }
     if (!Recv(i, peer, tag, landing, bytes)) return false;
     pending_[i] = {consume, arg, landing, bytes};
+    pending_mask_ |= 1u << i;
     return true;
   }
   // Finishes slot i's request, if any (and a consume RecvConsume left to it).
@@ -391,9 +392,9 @@ class Link {
     if (slots_[i] == nullptr) return status_ == KREG_OK;
     text_[0] = '\0';
     const bool ok = Check(comm_->wait(comm_->ctx, std::exchange(slots_[i], nullptr), text_, sizeof text_), "wait", -1);
-    if (i < kMaxConsumeSlots && pending_[i].consume != nullptr) {
-      const Pending p = std::exchange(pending_[i], Pending{});
-      if (ok) p.consume(p.arg, p.landing, p.bytes);
+    if (i < kMaxConsumeSlots && (pending_mask_ >> i & 1u) != 0) {
+      pending_mask_ &= ~(1u << i);
+      if (ok) pending_[i].consume(pending_[i].arg, pending_[i].landing, pending_[i].bytes);
     }
     return ok;
   }
@@ -427,13 +428,16 @@ class Link {
   size_t cap_;
   kreg_status status_ = KREG_OK;
   char text_[512];
-  // RecvConsume's receives that consume once waited for (no irecv_consume).
+  // RecvConsume's receives that consume once waited for (no irecv_consume):
+  // slot i's is pending_[i] while bit i of pending_mask_ is set (left
+  // uninitialised otherwise: a small message's run is a microsecond).
   struct Pending {
-    void (*consume)(void*, const void*, size_t) = nullptr;
-    void* arg = nullptr;
-    void* landing = nullptr;
-    size_t bytes = 0;
+    void (*consume)(void*, const void*, size_t);
+    void* arg;
+    void* landing;
+    size_t bytes;
   };
+  uint32_t pending_mask_ = 0;
   Pending pending_[kMaxConsumeSlots];
 };
 
