@@ -156,9 +156,10 @@ inline void Narrow(Dtype dtype, Reduction reduction, const void* acc, void* out,
 // RecvConsume): dst = partial OP own element-wise, the partial first unless
 // !partial_first (then own OP partial: the lower rank's first, as Combine).
 // The partial is data's bytes / kAccBytes accumulators; own as many
-// elements of the dtype (an input row, widened) or, with own_acc,
-// accumulators; dst accumulators or, with narrow, the dtype (the result,
-// stored as Narrow stores it). dst may be data (in place) or own.
+// elements of the dtype (an input row, widened; bf16 only after the
+// partial) or, with own_acc, accumulators; dst accumulators or, with
+// narrow, the dtype (the result, stored as Narrow stores it). dst may be
+// data (in place) or own.
 struct ReduceInto {
   Dtype dtype = Dtype::kF32;
   Reduction reduction = Reduction::kSum;
@@ -186,21 +187,31 @@ struct ReduceInto {
  private:
   template <typename Own, typename Element, typename Acc, typename OpFn>
   void Loop(OpFn op, const Acc* partial, const Own* mine, int64_t n) const {
-    if constexpr (!std::is_same_v<Element, Acc>) {
-      if (narrow) {  // bf16: rounded once
-        Element* d = static_cast<Element*>(dst);
-        for (int64_t i = 0; i < n; ++i) {
-          d[i] = FloatToBf16(partial_first ? op(partial[i], Wide(mine[i])) : op(Wide(mine[i]), partial[i]));
+    if constexpr (std::is_same_v<Own, Acc>) {
+      // One loop over (first, second) whichever is first, so the two ranks
+      // of a pair run the same instructions: a sum of two NaNs keeps one
+      // operand's payload, by position.
+      const Acc* a = partial_first ? partial : mine;
+      const Acc* b = partial_first ? mine : partial;
+      if constexpr (!std::is_same_v<Element, Acc>) {
+        if (narrow) {  // bf16: rounded once
+          Element* d = static_cast<Element*>(dst);
+          for (int64_t i = 0; i < n; ++i) d[i] = FloatToBf16(op(a[i], b[i]));
+          return;
         }
+      }
+      // f32 and i32 store as their accumulators (a max's NaN is canonical already).
+      Acc* d = static_cast<Acc*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = op(a[i], b[i]);
+    } else {
+      // bf16 elements of the dtype: after the partial (partial_first).
+      if (narrow) {
+        Element* d = static_cast<Element*>(dst);
+        for (int64_t i = 0; i < n; ++i) d[i] = FloatToBf16(op(partial[i], Wide(mine[i])));
         return;
       }
-    }
-    // f32 and i32 store as their accumulators (a max's NaN is canonical already).
-    Acc* d = static_cast<Acc*>(dst);
-    if (partial_first) {
+      Acc* d = static_cast<Acc*>(dst);
       for (int64_t i = 0; i < n; ++i) d[i] = op(partial[i], Wide(mine[i]));
-    } else {
-      for (int64_t i = 0; i < n; ++i) d[i] = op(Wide(mine[i]), partial[i]);
     }
   }
 };
