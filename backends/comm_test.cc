@@ -119,6 +119,72 @@ TEST(ThreadCommTest, SizesThatDisagreeFailBothSidesNamingThem) {
   }
 }
 
+// What a consume function saw: the bytes it was handed, and how often.
+struct Consumed {
+  std::vector<char> bytes;
+  int calls = 0;
+  static void Take(void* arg, const void* data, size_t n) {
+    auto* self = static_cast<Consumed*>(arg);
+    self->bytes.assign(static_cast<const char*>(data), static_cast<const char*>(data) + n);
+    ++self->calls;
+  }
+};
+
+absl::Status PostConsume(const Comm& c, int peer, int tag, size_t bytes, Consumed* into, void** request) {
+  char msg[256] = "";
+  const kreg_comm& a = *c.abi();
+  if (!KREG_HAS_FIELD(&a, kreg_comm, irecv_consume) || a.irecv_consume == nullptr) {
+    return absl::UnimplementedError("no irecv_consume");
+  }
+  const kreg_status s = a.irecv_consume(a.ctx, peer, tag, bytes, Consumed::Take, into, request, msg, sizeof msg);
+  return s == KREG_OK ? absl::OkStatus() : FromAbi(s, msg);
+}
+
+// irecv_consume matches in order with irecv (posted before or after the
+// send), hands over the sender's bytes once (zero bytes too), and never
+// calls consume for a message whose size disagrees.
+TEST(ThreadCommTest, ConsumeTakesTheSendersBytesOnceInOrder) {
+  auto comms = ThreadComms(2, {});
+  Consumed first, empty, mismatched;
+  int plain = 0;
+  std::vector<absl::Status> mismatch(2);
+  ASSERT_TRUE(RunRanks(comms, [&](Comm& c) -> absl::Status {
+                if (c.rank() == 0) {
+                  int a = 11, b = 22;
+                  if (absl::Status s = SendRecv(c, true, 1, 3, &a, sizeof a); !s.ok()) return s;
+                  if (absl::Status s = SendRecv(c, true, 1, 3, &b, sizeof b); !s.ok()) return s;
+                  if (absl::Status s = SendRecv(c, true, 1, 4, &a, 0); !s.ok()) return s;
+                  mismatch[0] = SendRecv(c, true, 1, 5, &a, sizeof a);
+                  return absl::OkStatus();
+                }
+                void* requests[3];
+                if (absl::Status s = PostConsume(c, 0, 3, sizeof(int), &first, &requests[0]); !s.ok()) return s;
+                if (absl::Status s = Post(c, false, 0, 3, &plain, sizeof plain, &requests[1]); !s.ok()) return s;
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the sends come first
+                if (absl::Status s = PostConsume(c, 0, 4, 0, &empty, &requests[2]); !s.ok()) return s;
+                for (void* r : requests) {
+                  if (absl::Status s = Wait(c, r); !s.ok()) return s;
+                }
+                void* request = nullptr;
+                if (absl::Status s = PostConsume(c, 0, 5, 2 * sizeof(int), &mismatched, &request); !s.ok()) return s;
+                mismatch[1] = Wait(c, request);
+                return absl::OkStatus();
+              }).ok());
+  ASSERT_EQ(first.bytes.size(), sizeof(int));
+  int got = 0;
+  std::memcpy(&got, first.bytes.data(), sizeof got);
+  EXPECT_EQ(got, 11);
+  EXPECT_EQ(first.calls, 1);
+  EXPECT_EQ(plain, 22);
+  EXPECT_EQ(empty.calls, 1);
+  EXPECT_TRUE(empty.bytes.empty());
+  EXPECT_EQ(mismatched.calls, 0);
+  for (const absl::Status& s : mismatch) {
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("rank 0 sent 4 bytes (tag 5) to rank 1, which expected 8"));
+  }
+}
+
 TEST(ThreadCommTest, ARankThatNeverAnswersTimesOutNamingItsPeer) {
   CommOptions options;
   options.timeout_seconds = 0.3;

@@ -18,6 +18,7 @@
 #include <deque>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -34,6 +35,7 @@ constexpr int kFailureTag = 32000;   // a failing rank's reason
 // a message of megabytes, whose fragments need this rank's progress, moves
 // at full speed; ranks sharing a core still get it.
 constexpr auto kSpin = std::chrono::milliseconds(2);
+constexpr size_t kMaxFreeRequests = 64;
 
 struct MpiRequest {
   MPI_Request request = MPI_REQUEST_NULL;
@@ -111,6 +113,7 @@ class MpiComm final : public Comm {
 
   ~MpiComm() override {
     axes_.clear();  // their communicators first
+    for (MpiRequest* r : free_) delete r;
     // After a failure (this rank's, a peer's, a peer gone silent) nothing
     // collective is called: a stopped or hung peer would hold MPI_Finalize
     // forever. The process then exits (its error printed, exit 1) without
@@ -196,7 +199,8 @@ class MpiComm final : public Comm {
       return Fail(msg, cap, KREG_INVALID_ARGUMENT,
                   absl::StrFormat("%s: tag %d is outside [0, %d)", what, tag, kHostTagBase));
     }
-    auto* r = new MpiRequest{MPI_REQUEST_NULL, send, peer, tag, bytes};
+    MpiRequest* r = self->NewRequest();
+    *r = MpiRequest{MPI_REQUEST_NULL, send, peer, tag, bytes};
     const int mpi_tag = tag >= 0 ? tag : kHostTagBase - tag;
     MPI_Datatype type = MPI_BYTE;
     int count = static_cast<int>(bytes);
@@ -209,7 +213,7 @@ class MpiComm final : public Comm {
                                       &r->request);
     if (type != MPI_BYTE) MPI_Type_free(&type);  // freed once the request is done
     if (code != MPI_SUCCESS) {
-      delete r;
+      self->FreeRequest(r);
       return Fail(msg, cap, KREG_INTERNAL, absl::StrCat(what, ": ", MpiError(code)));
     }
     *request = r;
@@ -239,7 +243,23 @@ class MpiComm final : public Comm {
     return Post(ctx, false, peer, tag, buf, bytes, request, msg, cap);
   }
 
-  // One MPI_Test of r: done (and r deleted, its status returned) or not.
+  // Requests come from a free list: a small message's wait is a
+  // microsecond, where malloc and free would show.
+  MpiRequest* NewRequest() {
+    if (free_.empty()) return new MpiRequest;
+    MpiRequest* r = free_.back();
+    free_.pop_back();
+    return r;
+  }
+  void FreeRequest(MpiRequest* r) {
+    if (free_.size() < kMaxFreeRequests) {
+      free_.push_back(r);
+    } else {
+      delete r;
+    }
+  }
+
+  // One MPI_Test of r: done (and r freed, its status returned) or not.
   kreg_status Poll(MpiRequest* r, bool* done, char* msg, size_t cap) {
     int flag = 0;
     MPI_Status status;
@@ -267,7 +287,7 @@ class MpiComm final : public Comm {
                               r->peer, got, r->tag, rank(), r->bytes);
       }
     }
-    delete r;
+    FreeRequest(r);
     return result == KREG_OK ? KREG_OK : Fail(msg, cap, result, why);
   }
 
@@ -282,21 +302,26 @@ class MpiComm final : public Comm {
   }
 
   // Polls until `poll` says done: 64 times in a tight loop (a small
-  // message's latency), then yielding between polls for kSpin, then with
-  // naps growing to 1 ms. Failure notices, the cancel flag and the deadline
+  // message's latency: no clock read, no yield), then yielding between
+  // polls for kSpin, then with naps growing to 1 ms. Failure notices, the
+  // cancel flag and the deadline (counted from the end of the tight loop)
   // are looked at every 64 turns.
   // `awaiting()` describes the wait, for the message. Giving up cancels
   // and frees *cancel (a point-to-point request) unless it is NULL.
   template <typename PollFn, typename Awaiting>
   kreg_status Await(PollFn&& poll, bool host, Awaiting&& awaiting, MPI_Request* cancel, char* msg, size_t cap) {
-    const Clock::time_point start = Clock::now();
-    const Clock::time_point deadline = WaitDeadline(options_, host);
+    Clock::time_point start, deadline;  // read once the tight loop is over
     std::chrono::microseconds nap(0);
     bool napping = false;
     for (int turn = 0;; ++turn) {
       bool done = false;
       const kreg_status s = poll(&done);
       if (done) return s;
+      if (turn < 63) continue;
+      if (turn == 63) {
+        start = Clock::now();
+        deadline = WaitDeadline(options_, host);
+      }
       if (turn >= 64 && !napping) std::this_thread::yield();
       if (turn % 64 != 63 && !napping) continue;
       std::string why;
@@ -348,7 +373,7 @@ class MpiComm final : public Comm {
           return p;
         },
         described.tag < 0, awaiting, handle, msg, cap);
-    if (!deleted) delete r;
+    if (!deleted) self->FreeRequest(r);
     return s;
   }
 
@@ -375,6 +400,7 @@ class MpiComm final : public Comm {
   bool failed_leaving_ = false;   // a failed rank has left (see Comm::Abort)
   bool own_notice_ = false;       // this rank has sent its notices
   std::deque<std::string> notices_;  // sent (their buffers outlive the sends)
+  std::vector<MpiRequest*> free_;    // finished requests, for reuse
   MpiComm* parent_ = nullptr;  // an axis communicator's whole mesh
   int nodes_ = 1;                // the world's, as counted in Over
 };

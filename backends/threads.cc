@@ -3,9 +3,10 @@
 // One world holds every rank's unmatched sends and receives. A send or a
 // receive that finds its match already posted (same source, destination
 // and tag; first posted, first matched, as MPI orders them) copies the
-// bytes itself, straight from the sender's buffer into the receiver's, with
-// the world's lock released; both requests are then done and their ranks
-// woken. Otherwise it waits in the world's queue for its match. A waiting
+// bytes itself, straight from the sender's buffer into the receiver's (or
+// hands the sender's buffer to the receive's consume function, for
+// irecv_consume), with the world's lock released; both requests are then
+// done and their ranks woken. Otherwise it waits in the world's queue for its match. A waiting
 // rank first yields its core for up to kSpin (a peer a step behind is
 // usually about to post: this keeps small messages at microseconds, and
 // hands the core to that peer where ranks outnumber cores), then sleeps on
@@ -29,6 +30,7 @@ namespace kreg {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using Consume = void (*)(void* arg, const void* data, size_t bytes);
 constexpr auto kSpin = std::chrono::microseconds(50);
 
 struct Request {
@@ -36,6 +38,8 @@ struct Request {
   int src = 0, dst = 0, tag = 0;  // src sends to dst
   const void* from = nullptr;     // sends
   void* to = nullptr;             // receives
+  Consume consume = nullptr;      // irecv_consume's receives: takes the bytes instead of `to`
+  void* arg = nullptr;            // consume's
   size_t bytes = 0;
   bool queued = false;   // waiting in the world's queue for its match
   bool copying = false;  // matched; a thread is copying its bytes
@@ -113,7 +117,11 @@ void World::Copy(Request* r, Request* m, std::unique_lock<std::mutex>& lock) {
   } else {
     send->copying = recv->copying = true;
     lock.unlock();
-    if (send->bytes > 0) std::memcpy(recv->to, send->from, send->bytes);
+    if (recv->consume != nullptr) {
+      recv->consume(recv->arg, send->from, send->bytes);
+    } else if (send->bytes > 0) {
+      std::memcpy(recv->to, send->from, send->bytes);
+    }
     lock.lock();
     send->copying = recv->copying = false;
     send->done = recv->done = true;
@@ -241,6 +249,7 @@ class ThreadComm final : public Comm {
     abi_.test = &ThreadComm::TestAbi;
     abi_.wait = &ThreadComm::WaitAbi;
     abi_.barrier = &ThreadComm::BarrierAbi;
+    abi_.irecv_consume = &ThreadComm::IrecvConsume;
   }
   absl::string_view backend() const override { return "threads"; }
   void Abort(absl::string_view why, bool leaving = true) override {
@@ -254,8 +263,9 @@ class ThreadComm final : public Comm {
 
  private:
   static ThreadComm* Self(void* ctx) { return static_cast<ThreadComm*>(ctx); }
+  // A receive takes its bytes into `to`, or hands them to consume(arg, ...).
   static kreg_status Post(void* ctx, bool send, int32_t peer, int32_t tag, const void* from, void* to, size_t bytes,
-                          void** request, char* msg, size_t cap) {
+                          Consume consume, void* arg, void** request, char* msg, size_t cap) {
     ThreadComm* self = Self(ctx);
     if (request == nullptr) {
       std::snprintf(msg, cap, "%s: request is NULL", send ? "isend" : "irecv");
@@ -267,7 +277,7 @@ class ThreadComm final : public Comm {
                     peer, self->size());
       return KREG_INVALID_ARGUMENT;
     }
-    if (bytes > 0 && (send ? from == nullptr : to == nullptr)) {
+    if (bytes > 0 && (send ? from == nullptr : to == nullptr && consume == nullptr)) {
       std::snprintf(msg, cap, "%s: NULL buffer for %zu bytes", send ? "isend" : "irecv", bytes);
       return KREG_INVALID_ARGUMENT;
     }
@@ -278,6 +288,8 @@ class ThreadComm final : public Comm {
     r->tag = tag;
     r->from = from;
     r->to = to;
+    r->consume = consume;
+    r->arg = arg;
     r->bytes = bytes;
     *request = r;
     self->world_->Post(r);
@@ -285,11 +297,20 @@ class ThreadComm final : public Comm {
   }
   static kreg_status Isend(void* ctx, int32_t peer, int32_t tag, const void* buf, size_t bytes, void** request,
                            char* msg, size_t cap) {
-    return Post(ctx, true, peer, tag, buf, nullptr, bytes, request, msg, cap);
+    return Post(ctx, true, peer, tag, buf, nullptr, bytes, nullptr, nullptr, request, msg, cap);
   }
   static kreg_status Irecv(void* ctx, int32_t peer, int32_t tag, void* buf, size_t bytes, void** request, char* msg,
                            size_t cap) {
-    return Post(ctx, false, peer, tag, nullptr, buf, bytes, request, msg, cap);
+    return Post(ctx, false, peer, tag, nullptr, buf, bytes, nullptr, nullptr, request, msg, cap);
+  }
+  static kreg_status IrecvConsume(void* ctx, int32_t peer, int32_t tag, size_t bytes, Consume consume, void* arg,
+                                  void** request, char* msg, size_t cap) {
+    if (consume == nullptr) {
+      if (request != nullptr) *request = nullptr;
+      std::snprintf(msg, cap, "irecv_consume: consume is NULL");
+      return KREG_INVALID_ARGUMENT;
+    }
+    return Post(ctx, false, peer, tag, nullptr, nullptr, bytes, consume, arg, request, msg, cap);
   }
   static kreg_status TestAbi(void* ctx, void* request, int* done, char* msg, size_t cap) {
     if (request == nullptr || done == nullptr) {

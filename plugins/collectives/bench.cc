@@ -4,7 +4,9 @@
 //   Alone: the threads backend. Every variant of allgather, allreduce and
 //   reduce_scatter on 2 and 4 thread ranks of this process, against memcpy
 //   of the same bytes on one thread (peer/memcpy: the machine's copy
-//   bandwidth, the yardstick of the bus bandwidth).
+//   bandwidth, the yardstick of the bus bandwidth) and on two threads at
+//   once (peer/memcpy_2threads: what the ranks' two cores copy together,
+//   the yardstick of the traffic bounds in bench/RESULTS.md).
 //
 //   Under mpirun -n P (P > 1): the mpi backend. Every variant against Open
 //   MPI's own MPI_Allgather, MPI_Allreduce and MPI_Reduce_scatter_block
@@ -21,6 +23,8 @@
 //
 //   build/release/bin/collectives_bench --benchmark_repetitions=3
 //   mpirun -n 2 build/release/bin/collectives_bench
+#include <atomic>
+#include <barrier>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -114,7 +118,10 @@ absl::StatusOr<RankRun> Prepare(const Kernel& kernel, Comm& comm, Dims dims, con
   r.problem = *std::move(problem);
   RunOptions run;
   run.comm = comm.abi();
-  run.num_threads = 1;
+  // No oneTBB arena around the run (num_threads 0): the collectives start
+  // no threads of their own, and sharded_matmul's gmm calls get one thread
+  // each through dispatch below.
+  run.num_threads = 0;
   run.dispatch = [](absl::string_view op, const kreg_args& args) {
     RunOptions sub;
     sub.num_threads = 1;
@@ -239,20 +246,60 @@ void BM_ThreadsShardedMatmul(benchmark::State& state, std::string kernel_name, M
 // the source modulo 4 KiB: two vectors of one size land 16 bytes apart
 // modulo 4 KiB, where a copy's loads wait on its own stores (4K aliasing)
 // and runs at a small fraction of the bandwidth at 16-256 KiB.
-void BM_Memcpy(benchmark::State& state, int64_t bytes) {
-  constexpr int64_t kPage = 4096;
-  const int64_t stride = (bytes + kPage - 1) / kPage * kPage + kPage / 2;
-  std::vector<char> both(stride + bytes + kPage);
-  char* a = both.data() + (kPage - reinterpret_cast<uintptr_t>(both.data()) % kPage) % kPage;
-  char* b = a + stride;
-  std::memset(a, 1, bytes);
-  std::memset(b, 2, bytes);
-  for (auto _ : state) {
-    std::memcpy(b, a, bytes);
-    benchmark::DoNotOptimize(b);
+// A source and a destination of `bytes` each, 4K-aliasing free (BM_Memcpy).
+class CopyBuffers {
+ public:
+  explicit CopyBuffers(int64_t bytes) : bytes_(bytes) {
+    constexpr int64_t kPage = 4096;
+    const int64_t stride = (bytes + kPage - 1) / kPage * kPage + kPage / 2;
+    both_.resize(stride + bytes + kPage);
+    a_ = both_.data() + (kPage - reinterpret_cast<uintptr_t>(both_.data()) % kPage) % kPage;
+    b_ = a_ + stride;
+    std::memset(a_, 1, bytes);
+    std::memset(b_, 2, bytes);
+  }
+  void Copy() {
+    std::memcpy(b_, a_, bytes_);
+    benchmark::DoNotOptimize(b_);
     benchmark::ClobberMemory();
   }
+
+ private:
+  int64_t bytes_;
+  std::vector<char> both_;
+  char* a_;
+  char* b_;
+};
+
+void BM_Memcpy(benchmark::State& state, int64_t bytes) {
+  CopyBuffers buffers(bytes);
+  for (auto _ : state) buffers.Copy();
   state.counters["bw"] = BytesPerSecond(static_cast<double>(bytes));
+}
+
+// memcpy of S bytes on each of two threads at once (buffers of their own):
+// what the two cores the ranks share can copy together. bw: 2S / time.
+void BM_Memcpy2(benchmark::State& state, int64_t bytes) {
+  CopyBuffers mine(bytes), theirs(bytes);
+  std::barrier sync(2);
+  std::atomic<bool> stop{false};
+  std::thread helper([&] {
+    for (;;) {
+      sync.arrive_and_wait();
+      if (stop.load()) return;
+      theirs.Copy();
+      sync.arrive_and_wait();
+    }
+  });
+  for (auto _ : state) {
+    sync.arrive_and_wait();
+    mine.Copy();
+    sync.arrive_and_wait();
+  }
+  stop.store(true);
+  sync.arrive_and_wait();
+  helper.join();
+  state.counters["bw"] = BytesPerSecond(2.0 * static_cast<double>(bytes));
 }
 
 void RegisterThreads() {
@@ -272,6 +319,9 @@ void RegisterThreads() {
   }
   for (int64_t bytes : kSizes) {
     benchmark::RegisterBenchmark(absl::StrCat("peer/memcpy/", SizeName(bytes)).c_str(), BM_Memcpy, bytes)
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(absl::StrCat("peer/memcpy_2threads/", SizeName(bytes)).c_str(), BM_Memcpy2, bytes)
+        ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   }
   // m, k, n where passing w's shards and multiplying take similar times on

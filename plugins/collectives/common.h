@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "kreg/collectives/layout.h"
@@ -150,6 +151,70 @@ inline void Narrow(Dtype dtype, Reduction reduction, const void* acc, void* out,
     }
   }
 }
+
+// A received partial taken in (a receive's consume function, Link's
+// RecvConsume): dst = partial OP own element-wise, the partial first unless
+// !partial_first (then own OP partial: the lower rank's first, as Combine).
+// The partial is data's bytes / kAccBytes accumulators; own as many
+// elements of the dtype (an input row, widened; bf16 only after the
+// partial) or, with own_acc, accumulators; dst accumulators or, with
+// narrow, the dtype (the result, stored as Narrow stores it). dst may be
+// data (in place) or own.
+struct ReduceInto {
+  Dtype dtype = Dtype::kF32;
+  Reduction reduction = Reduction::kSum;
+  const void* own = nullptr;
+  void* dst = nullptr;
+  bool own_acc = false;
+  bool partial_first = true;
+  bool narrow = false;
+
+  static void Consume(void* arg, const void* data, size_t bytes) {
+    const ReduceInto& r = *static_cast<const ReduceInto*>(arg);
+    const int64_t n = static_cast<int64_t>(bytes / kAccBytes);
+    Dispatch(r.dtype, r.reduction, [&](auto element, auto op) {
+      using Element = decltype(element);
+      using Acc = decltype(Wide(element));
+      const Acc* partial = static_cast<const Acc*>(data);
+      if (r.own_acc) {
+        r.Loop<Acc, Element>(op, partial, static_cast<const Acc*>(r.own), n);
+      } else {
+        r.Loop<Element, Element>(op, partial, static_cast<const Element*>(r.own), n);
+      }
+    });
+  }
+
+ private:
+  template <typename Own, typename Element, typename Acc, typename OpFn>
+  void Loop(OpFn op, const Acc* partial, const Own* mine, int64_t n) const {
+    if constexpr (std::is_same_v<Own, Acc>) {
+      // One loop over (first, second) whichever is first, so the two ranks
+      // of a pair run the same instructions: a sum of two NaNs keeps one
+      // operand's payload, by position.
+      const Acc* a = partial_first ? partial : mine;
+      const Acc* b = partial_first ? mine : partial;
+      if constexpr (!std::is_same_v<Element, Acc>) {
+        if (narrow) {  // bf16: rounded once
+          Element* d = static_cast<Element*>(dst);
+          for (int64_t i = 0; i < n; ++i) d[i] = FloatToBf16(op(a[i], b[i]));
+          return;
+        }
+      }
+      // f32 and i32 store as their accumulators (a max's NaN is canonical already).
+      Acc* d = static_cast<Acc*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = op(a[i], b[i]);
+    } else {
+      // bf16 elements of the dtype: after the partial (partial_first).
+      if (narrow) {
+        Element* d = static_cast<Element*>(dst);
+        for (int64_t i = 0; i < n; ++i) d[i] = FloatToBf16(op(partial[i], Wide(mine[i])));
+        return;
+      }
+      Acc* d = static_cast<Acc*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = op(partial[i], Wide(mine[i]));
+    }
+  }
+};
 
 // ---- The view of a call ------------------------------------------------------------
 
@@ -298,6 +363,8 @@ class Link {
   Link& operator=(const Link&) = delete;
   ~Link() { Finish(); }
 
+  static constexpr int kMaxConsumeSlots = 16;
+
   kreg_status status() const { return status_; }
 
   // Posts into empty slot i a send of `bytes` at buf to rank `peer`.
@@ -312,11 +379,35 @@ class Link {
     text_[0] = '\0';
     return Check(comm_->irecv(comm_->ctx, peer, tag, buf, bytes, &slots_[i], text_, sizeof text_), "irecv", i);
   }
-  // Finishes slot i's request, if any.
+  // Posts into empty slot i (< kMaxConsumeSlots) a receive of `bytes` from
+  // rank `peer` that consume(arg, data, bytes) takes in: straight from the
+  // message where the communicator has irecv_consume, else in Wait(i), once
+  // the message has landed in `landing` (bytes of the kernel's; consume
+  // then reads it there, so it may write it in place).
+  bool RecvConsume(int i, int peer, int tag, void* landing, size_t bytes, void (*consume)(void*, const void*, size_t),
+                   void* arg) {
+    if (status_ != KREG_OK) return false;
+    text_[0] = '\0';
+    if (i >= kMaxConsumeSlots) return Check(KREG_INTERNAL, "irecv_consume", i);
+    if (KREG_HAS_FIELD(comm_, kreg_comm, irecv_consume) && comm_->irecv_consume != nullptr) {
+      return Check(comm_->irecv_consume(comm_->ctx, peer, tag, bytes, consume, arg, &slots_[i], text_, sizeof text_),
+                   "irecv_consume", i);
+    }
+    if (!Recv(i, peer, tag, landing, bytes)) return false;
+    pending_[i] = {consume, arg, landing, bytes};
+    pending_mask_ |= 1u << i;
+    return true;
+  }
+  // Finishes slot i's request, if any (and a consume RecvConsume left to it).
   bool Wait(int i) {
     if (slots_[i] == nullptr) return status_ == KREG_OK;
     text_[0] = '\0';
-    return Check(comm_->wait(comm_->ctx, std::exchange(slots_[i], nullptr), text_, sizeof text_), "wait", -1);
+    const bool ok = Check(comm_->wait(comm_->ctx, std::exchange(slots_[i], nullptr), text_, sizeof text_), "wait", -1);
+    if (i < kMaxConsumeSlots && (pending_mask_ >> i & 1u) != 0) {
+      pending_mask_ &= ~(1u << i);
+      if (ok) pending_[i].consume(pending_[i].arg, pending_[i].landing, pending_[i].bytes);
+    }
+    return ok;
   }
   // Waits for every request still posted; the first failure's status.
   kreg_status Finish() {
@@ -348,6 +439,17 @@ class Link {
   size_t cap_;
   kreg_status status_ = KREG_OK;
   char text_[512];
+  // RecvConsume's receives that consume once waited for (no irecv_consume):
+  // slot i's is pending_[i] while bit i of pending_mask_ is set (left
+  // uninitialised otherwise: a small message's run is a microsecond).
+  struct Pending {
+    void (*consume)(void*, const void*, size_t);
+    void* arg;
+    void* landing;
+    size_t bytes;
+  };
+  uint32_t pending_mask_ = 0;
+  Pending pending_[kMaxConsumeSlots];
 };
 
 // ---- Parameters ----------------------------------------------------------------

@@ -26,6 +26,11 @@
 //                 gathers out's chunks in the dtype.
 // Partials travel as accumulators (common.h); results the extras get: as
 // accumulators (reduce_scatter, stored by the extra) or as out (allreduce).
+// A received partial is reduced as it is taken in (ReduceInto), straight
+// from the sender's buffer where the communicator has irecv_consume: in
+// place into the kept half (halving, fold), or into the scratch buffer not
+// being sent (whole; its first round sends x itself for f32 and i32 on a
+// power of two, its last stores straight into out).
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -46,32 +51,49 @@ bool Exchange(Link& link, int tag, int to, const void* out, size_t out_bytes, in
   return link.Recv(0, from, tag, in, in_bytes) && link.Send(1, to, tag, out, out_bytes) && link.Wait(0) && link.Wait(1);
 }
 
+// Posts into slot 0 a receive from `peer` of n accumulators that `into`
+// takes in: mine OP theirs (the lower rank's first) into dst, which may be
+// mine; landing: where they land first without irecv_consume (not mine).
+// *into must outlive the link's waits.
+bool RecvReduce(Link& link, const Call& c, int peer, int tag, const void* mine, bool mine_acc, void* dst,
+                bool narrow, void* landing, int64_t n, ReduceInto* into) {
+  *into = {.dtype = c.dtype,
+           .reduction = c.reduction,
+           .own = mine,
+           .dst = dst,
+           .own_acc = mine_acc,
+           .partial_first = peer < c.rank,
+           .narrow = narrow};
+  return link.RecvConsume(0, peer, tag, landing, n * kAccBytes, ReduceInto::Consume, into);
+}
+
 // The fold's first half over n accumulators at acc (recv: scratch of n).
-bool FoldIn(Link& link, const Call& c, int core, void* acc, void* recv, int64_t n) {
+bool FoldIn(Link& link, const Call& c, int core, void* acc, void* recv, int64_t n, ReduceInto* into) {
   if (c.rank >= core) return link.Send(0, c.rank - core, kTagFoldIn, acc, n * kAccBytes) && link.Wait(0);
   if (c.rank + core < c.p) {
-    if (!link.Recv(0, c.rank + core, kTagFoldIn, recv, n * kAccBytes) || !link.Wait(0)) return false;
-    Combine(c.dtype, c.reduction, acc, recv, acc, n);
+    return RecvReduce(link, c, c.rank + core, kTagFoldIn, acc, true, acc, false, recv, n, into) && link.Wait(0);
   }
   return true;
 }
 
 // Recursive halving among the core ranks: owner o's partials are
 // [off(o), off(o + 1)) of acc; at the end this rank's owner's are whole.
-// recv: scratch as large as half the owners' partials.
+// The partner's half is reduced into this rank's in place as it is taken
+// in (recv: where it lands first without irecv_consume, as large as half
+// the owners' partials).
 template <typename Offset>
-bool Halve(Link& link, const Call& c, int core, Offset off, void* acc, void* recv) {
+bool Halve(Link& link, const Call& c, int core, Offset off, void* acc, void* recv, ReduceInto* into) {
   int lo = 0;
   for (int d = core / 2; d >= 1; d /= 2) {
     const bool lower = (c.rank & d) == 0;
     const int keep = lower ? lo : lo + d, give = lower ? lo + d : lo;
     const int64_t n = off(keep + d) - off(keep);
     void* mine = At(acc, off(keep), kAccBytes);
-    if (!Exchange(link, kTagMain, c.rank ^ d, At(acc, off(give), kAccBytes), (off(give + d) - off(give)) * kAccBytes,
-                  c.rank ^ d, recv, n * kAccBytes)) {
+    if (!RecvReduce(link, c, c.rank ^ d, kTagMain, mine, true, mine, false, recv, n, into) ||
+        !link.Send(1, c.rank ^ d, kTagMain, At(acc, off(give), kAccBytes), (off(give + d) - off(give)) * kAccBytes) ||
+        !link.Wait(0) || !link.Wait(1)) {
       return false;
     }
-    Combine(c.dtype, c.reduction, lower ? mine : recv, lower ? recv : mine, mine, n);
     lo = keep;
   }
   return true;
@@ -146,9 +168,10 @@ kreg_status ReduceScatterRun(const kreg_config*, const kreg_args* args, void*, v
     const int64_t at = b < core ? off(b) : off(b - core) + c.count;
     Widen(c.dtype, c.XRow(b), At(s.acc, at, kAccBytes), c.count);
   }
+  ReduceInto into;  // before the link: its last waits may still run it
   void* slots[2];
   Link link(c, slots, 2, msg, cap);
-  if (!FoldIn(link, c, core, s.acc, s.recv, c.p * c.count)) return link.status();
+  if (!FoldIn(link, c, core, s.acc, s.recv, c.p * c.count, &into)) return link.status();
   if (c.rank >= core) {
     if (!link.Recv(0, c.rank - core, kTagFoldOut, s.recv, c.count * kAccBytes) || !link.Wait(0)) {
       return link.status();
@@ -156,7 +179,7 @@ kreg_status ReduceScatterRun(const kreg_config*, const kreg_args* args, void*, v
     Narrow(c.dtype, c.reduction, s.recv, c.out, c.count);
     return link.Finish();
   }
-  if (!Halve(link, c, core, off, s.acc, s.recv)) return link.status();
+  if (!Halve(link, c, core, off, s.acc, s.recv, &into)) return link.status();
   Narrow(c.dtype, c.reduction, At(s.acc, off(c.rank), kAccBytes), c.out, c.count);
   if (c.rank < extra) {
     link.Send(0, c.rank + core, kTagFoldOut, At(s.acc, off(c.rank) + c.count, kAccBytes), c.count * kAccBytes);
@@ -202,21 +225,34 @@ kreg_status AllreduceWorkspace(const kreg_config*, const kreg_args* args, const 
   return Measure(Op::kAllreduce, kAllreduceName, args, bytes, msg, cap, AllreduceLayout);
 }
 
-// Core ranks: acc holds the (folded) partials; out gets the result.
-bool Whole(Link& link, const Call& c, int core, const AllreduceScratch& s) {
+// Core ranks: `mine` holds the (folded) partials, accumulators in acc or
+// x itself (mine_acc false: f32 and i32 on a power of two); out gets the
+// result. Each round reduces the partner's partials as they are taken in
+// into the scratch buffer that is not being sent, the last round straight
+// into out.
+bool Whole(Link& link, const Call& c, int core, const AllreduceScratch& s, const void* mine, bool mine_acc,
+           ReduceInto* into) {
   const size_t bytes = c.count * kAccBytes;
-  for (int d = 1; d < core; d *= 2) {
-    if (!Exchange(link, kTagMain, c.rank ^ d, s.acc, bytes, c.rank ^ d, s.recv, bytes)) return false;
-    const bool lower = (c.rank & d) == 0;
-    Combine(c.dtype, c.reduction, lower ? s.acc : s.recv, lower ? s.recv : s.acc, s.acc, c.count);
+  if (core == 1) {
+    Narrow(c.dtype, c.reduction, mine, c.out, c.count);
+    return true;
   }
-  Narrow(c.dtype, c.reduction, s.acc, c.out, c.count);
+  for (int d = 1; d < core; d *= 2) {
+    void* next = mine == s.recv ? s.acc : s.recv;
+    const bool last = 2 * d >= core;
+    if (!RecvReduce(link, c, c.rank ^ d, kTagMain, mine, mine_acc, last ? c.out : next, last, next, c.count, into) ||
+        !link.Send(1, c.rank ^ d, kTagMain, mine, bytes) || !link.Wait(0) || !link.Wait(1)) {
+      return false;
+    }
+    mine = next;
+    mine_acc = true;
+  }
   return true;
 }
 
-bool Halving(Link& link, const Call& c, int core, const AllreduceScratch& s) {
+bool Halving(Link& link, const Call& c, int core, const AllreduceScratch& s, ReduceInto* into) {
   auto off = [&](int64_t o) { return Split(c.count, core, o); };
-  if (!Halve(link, c, core, off, s.acc, s.recv)) return false;
+  if (!Halve(link, c, core, off, s.acc, s.recv, into)) return false;
   Narrow(c.dtype, c.reduction, At(s.acc, off(c.rank), kAccBytes), At(c.out, off(c.rank), c.elem),
          off(c.rank + 1) - off(c.rank));
   // This rank has out's chunks [base, base + d); its partner those at base ^ d.
@@ -240,15 +276,20 @@ kreg_status AllreduceRun(const kreg_config* config, const kreg_args* args, void*
   if (kreg_status st = Carve(c, AllreduceLayout, workspace, workspace_size, &s, msg, cap); st != KREG_OK) return st;
   if (c.count == 0) return KREG_OK;
   const int core = CoreOf(c.p);
+  ReduceInto into;  // before the link: its last waits may still run it
   void* slots[2];
   Link link(c, slots, 2, msg, cap);
-  Widen(c.dtype, c.x, s.acc, c.count);
-  if (!FoldIn(link, c, core, s.acc, s.recv, c.count)) return link.status();
+  // Whole on a power of two sends x itself where its elements are their accumulators.
+  const bool widen = split != kWhole || core != c.p || c.dtype == Dtype::kBf16;
+  if (widen) Widen(c.dtype, c.x, s.acc, c.count);
+  if (!FoldIn(link, c, core, s.acc, s.recv, c.count, &into)) return link.status();
   if (c.rank >= core) {
     link.Recv(0, c.rank - core, kTagFoldOut, c.out, c.Bytes(c.count));
     return link.Finish();
   }
-  if (!(split == kWhole ? Whole(link, c, core, s) : Halving(link, c, core, s))) return link.status();
+  if (!(split == kWhole ? Whole(link, c, core, s, widen ? s.acc : c.x, widen, &into) : Halving(link, c, core, s, &into))) {
+    return link.status();
+  }
   if (c.rank + core < c.p) link.Send(0, c.rank + core, kTagFoldOut, c.out, c.Bytes(c.count));
   return link.Finish();
 }

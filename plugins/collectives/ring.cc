@@ -9,11 +9,17 @@
 //                 the order b + 1, b + 2, ..., b, mod p). Step s sends the
 //                 partial of block rank - s - 1, receives that of block
 //                 rank - s - 2. Partials travel as accumulators (common.h)
-//                 and live in two buffers of count, used in turn.
+//                 and live in two buffers of count, used in turn; a
+//                 received one is reduced with x[b] as it is taken in,
+//                 straight from the sender's buffer where the communicator
+//                 has irecv_consume (thread ranks), and the last step's
+//                 result goes straight into out. Step 0 sends x[b] itself
+//                 where its elements are their accumulators (f32, i32).
 // allreduce       the same reduce-scatter over p chunks of the vector
 //                 (chunk b: [count * b / p, count * (b + 1) / p), possibly
 //                 empty), each partial kept at its chunk's place in one
-//                 buffer of count; rank r stores chunk r, whole, into out;
+//                 buffer of count; rank r's last step stores chunk r,
+//                 whole, into out;
 //                 then the allgather over out's chunks in the dtype. Every
 //                 chunk is reduced once, so all ranks get the same bits.
 //
@@ -68,25 +74,24 @@ Bytes Piece(void* p, int64_t n, size_t elem, int pieces, int j) {
   return {At(p, lo, elem), static_cast<size_t>(hi - lo) * elem};
 }
 
-// Runs the p - 1 steps. plan.Send(s, j) / plan.Recv(s, j) are piece j of
-// what step s sends to rank + 1 / receives from rank - 1, plan.Arrived(s,
-// j) runs once that piece has arrived. Slots [0, 2 * pieces).
+// Runs the p - 1 steps. plan.Send(s, j) is piece j of what step s sends to
+// rank + 1; plan.PostRecv(link, slot, left, tag, s, j) posts its receive
+// from rank - 1 (taken in by the time the slot is waited for). Slots [0, 2 *
+// pieces).
 template <typename Plan>
-bool RunRing(Link& link, const Call& c, int tag, int pieces, const Plan& plan) {
+bool RunRing(Link& link, const Call& c, int tag, int pieces, Plan& plan) {
   const int left = Mod(c.rank - 1, c.p), right = Mod(c.rank + 1, c.p), steps = c.p - 1;
   auto post = [&](int s, int j) {
-    const Bytes in = plan.Recv(s, j), out = plan.Send(s, j);
-    return link.Recv(j, left, tag, in.p, in.n) && link.Send(pieces + j, right, tag, out.p, out.n);
+    const Bytes out = plan.Send(s, j);
+    return plan.PostRecv(link, j, left, tag, s, j) && link.Send(pieces + j, right, tag, out.p, out.n);
   };
   for (int j = 0; j < pieces && steps > 0; ++j) {
     if (!post(0, j)) return false;
   }
   for (int s = 0; s < steps; ++s) {
     for (int j = 0; j < pieces; ++j) {
-      if (!link.Wait(j)) return false;
-      plan.Arrived(s, j);
       // The send frees the buffer step s + 1 may receive into (reduce_scatter).
-      if (!link.Wait(pieces + j) || (s + 1 < steps && !post(s + 1, j))) return false;
+      if (!link.Wait(j) || !link.Wait(pieces + j) || (s + 1 < steps && !post(s + 1, j))) return false;
     }
   }
   return true;
@@ -105,32 +110,56 @@ struct GatherPlan {
     return Piece(At(base, blocks.Start(b), c.elem), blocks.Len(b), c.elem, pieces, j);
   }
   Bytes Send(int s, int j) const { return Block(c.rank - s, j); }
-  Bytes Recv(int s, int j) const { return Block(c.rank - s - 1, j); }
-  void Arrived(int, int) const {}
+  bool PostRecv(Link& link, int slot, int peer, int tag, int s, int j) const {
+    const Bytes in = Block(c.rank - s - 1, j);
+    return link.Recv(slot, peer, tag, in.p, in.n);
+  }
 };
 
-// The reduce-scatter: x's blocks `in`; the partial received at step s is
-// kept at Partial(s) (s = -1: the rank's own block rank - 1, widened): its
-// block's place in acc, or with two_buffers one of two buffers of count.
+// The reduce-scatter: x's blocks `in`. The partial that arrives at step s
+// (of block Block(s)) is taken in straight from the sender's buffer where
+// the communicator can (ReduceInto): partial OP this rank's x block into
+// Partial(s), its block's place in acc or with two_buffers one of two
+// buffers of count; at the last step (block rank, whole) into `result`, in
+// the dtype. Step 0 sends the own block rank - 1: x itself where its
+// elements are their accumulators (f32, i32), else widened into
+// Partial(-1).
 struct ReducePlan {
   const Call& c;
   Blocks in;
   void* acc;
   bool two_buffers;
   int pieces;
+  void* result;  // block rank's place in the output
+  ReduceInto into[kMaxChunks] = {};  // piece j's, while its receive is posted
 
   int64_t Block(int s) const { return Mod(c.rank - s - 2, c.p); }  // received at step s
   void* Partial(int s) const { return At(acc, two_buffers ? ((s + 1) & 1) * c.count : in.Start(Block(s)), kAccBytes); }
-  Bytes Send(int s, int j) const { return Piece(Partial(s - 1), in.Len(Block(s - 1)), kAccBytes, pieces, j); }
-  Bytes Recv(int s, int j) const { return Piece(Partial(s), in.Len(Block(s)), kAccBytes, pieces, j); }
-  void Arrived(int s, int j) const {
-    const int64_t b = Block(s), lo = Split(in.Len(b), pieces, j), hi = Split(in.Len(b), pieces, j + 1);
-    Accumulate(c.dtype, c.reduction, At(Partial(s), lo, kAccBytes), At(c.x, in.Start(b) + lo, c.elem), hi - lo);
+  bool SendsX() const { return c.dtype != Dtype::kBf16; }
+  Bytes Send(int s, int j) const {
+    if (s == 0 && SendsX()) {
+      return Piece(const_cast<void*>(At(c.x, in.Start(Block(-1)), c.elem)), in.Len(Block(-1)), c.elem, pieces, j);
+    }
+    return Piece(Partial(s - 1), in.Len(Block(s - 1)), kAccBytes, pieces, j);
   }
-  // Before step 0: the own block rank - 1 widened, to be sent.
-  void Start() const { Widen(c.dtype, At(c.x, in.Start(Block(-1)), c.elem), Partial(-1), in.Len(Block(-1))); }
-  // After the last step: the whole block `rank`.
-  const void* Result() const { return Partial(c.p - 2); }
+  bool PostRecv(Link& link, int slot, int peer, int tag, int s, int j) {
+    const int64_t b = Block(s), lo = Split(in.Len(b), pieces, j);
+    const Bytes landing = Piece(Partial(s), in.Len(b), kAccBytes, pieces, j);
+    const bool last = s == c.p - 2;
+    into[j] = {.dtype = c.dtype,
+               .reduction = c.reduction,
+               .own = At(c.x, in.Start(b) + lo, c.elem),
+               .dst = last ? At(result, lo, c.elem) : landing.p,
+               .narrow = last};
+    return link.RecvConsume(slot, peer, tag, landing.p, landing.n, ReduceInto::Consume, &into[j]);
+  }
+  // Before step 0: the own block rank - 1 widened, where it is sent so; on
+  // one rank, the result.
+  void Start() const {
+    if (c.p > 1 && SendsX()) return;
+    Widen(c.dtype, At(c.x, in.Start(Block(-1)), c.elem), Partial(-1), in.Len(Block(-1)));
+    if (c.p == 1) Narrow(c.dtype, c.reduction, Partial(-1), result, in.Len(0));
+  }
 };
 
 template <const char* kName>
@@ -154,7 +183,8 @@ kreg_status AllgatherRun(const kreg_config* config, const kreg_args* args, void*
   const int pieces = static_cast<int>(chunks);
   void* slots[2 * kMaxChunks];
   Link link(c, slots, 2 * pieces, msg, cap);
-  RunRing(link, c, kTagGather, pieces, GatherPlan{c, {c.count, c.p, true, c.out_ld}, c.out, pieces});
+  GatherPlan gather{c, {c.count, c.p, true, c.out_ld}, c.out, pieces};
+  RunRing(link, c, kTagGather, pieces, gather);
   return link.Finish();
 }
 
@@ -184,12 +214,12 @@ kreg_status ReduceScatterRun(const kreg_config* config, const kreg_args* args, v
   }
   if (c.count == 0) return KREG_OK;
   const int pieces = static_cast<int>(chunks);
+  // The plan first: the link's last waits may still run its consumes.
+  ReducePlan plan{c, {c.count, c.p, true, c.x_ld}, acc, true, pieces, c.out};
   void* slots[2 * kMaxChunks];
   Link link(c, slots, 2 * pieces, msg, cap);
-  const ReducePlan plan{c, {c.count, c.p, true, c.x_ld}, acc, true, pieces};
   plan.Start();
-  if (!RunRing(link, c, kTagReduce, pieces, plan)) return link.status();
-  Narrow(c.dtype, c.reduction, plan.Result(), c.out, c.count);
+  RunRing(link, c, kTagReduce, pieces, plan);
   return link.Finish();
 }
 
@@ -215,15 +245,15 @@ kreg_status AllreduceRun(const kreg_config* config, const kreg_args* args, void*
   if (kreg_status s = Carve(c, AllreduceLayout, workspace, workspace_size, &acc, msg, cap); s != KREG_OK) return s;
   if (c.count == 0) return KREG_OK;
   const int pieces = static_cast<int>(chunks);
+  const Blocks blocks = {c.count, c.p, false, 0};
+  // The plan first: the link's last waits may still run its consumes.
+  ReducePlan plan{c, blocks, acc, false, pieces, At(c.out, blocks.Start(c.rank), c.elem)};
   void* slots[2 * kMaxChunks];
   Link link(c, slots, 2 * pieces, msg, cap);
-  const Blocks blocks = {c.count, c.p, false, 0};
-  const ReducePlan plan{c, blocks, acc, false, pieces};
   plan.Start();
   if (!RunRing(link, c, kTagReduce, pieces, plan)) return link.status();
-  const int64_t own = blocks.Start(c.rank);
-  Narrow(c.dtype, c.reduction, plan.Result(), At(c.out, own, c.elem), blocks.Len(c.rank));
-  RunRing(link, c, kTagGather, pieces, GatherPlan{c, blocks, c.out, pieces});
+  GatherPlan gather{c, blocks, c.out, pieces};
+  RunRing(link, c, kTagGather, pieces, gather);
   return link.Finish();
 }
 

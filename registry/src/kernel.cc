@@ -275,7 +275,8 @@ PreparedRun::~PreparedRun() {
 }
 
 absl::Status PreparedRun::Run() {
-  char msg[512] = "";
+  char msg[512];  // not zeroed: a collective's small run is a microsecond
+  msg[0] = '\0';
   kreg_status code;
   auto run = [&] {
     code = kernel_->desc_->run(abi_->get(), args_, state_, workspace_, workspace_bytes_, &host_->host, msg,

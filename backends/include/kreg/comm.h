@@ -9,12 +9,15 @@
 // Backends:
 //   threads  ThreadComms(n): n ranks as threads of one process, exchanging
 //            through shared memory (a receive copies straight from the
-//            sender's buffer). A waiting rank sleeps on a condition
-//            variable; it never spins.
+//            sender's buffer; irecv_consume hands the sender's buffer to
+//            the kernel's function, which reduces straight from it). A
+//            waiting rank yields its core briefly, then sleeps on a
+//            condition variable.
 //   mpi      LoadMpiComm(): this process is one rank of an MPI job (run
 //            under mpirun). The backend is a module, kreg_mpi.so, loaded at
 //            run time and built wherever MPI is found, so kreg never links
-//            MPI itself. A rank that fails tells the others (their waits
+//            MPI itself. No irecv_consume (kernels receive, then
+//            consume). A rank that fails tells the others (their waits
 //            fail at once); a rank that dies ends the whole job (mpirun
 //            kills it).
 //

@@ -473,6 +473,20 @@ typedef struct kreg_comm {
    * not a mesh or has no such axis. Valid as long as this one. A mesh's
    * ranks are numbered row-major: the first axis varies slowest. */
   const struct kreg_comm* (*axis)(void* ctx, const char* name);
+  /* Optional (read with KREG_HAS_FIELD; NULL: irecv into a buffer of the
+   * kernel's, then consume it there): a receive of `bytes` from `peer`
+   * that hands the message to `consume` instead of copying it into a
+   * buffer. consume(arg, data, bytes) runs exactly once, before the
+   * request is done, with the message at `data`, readable only during the
+   * call; it may run on any thread (the receiving rank's, the sending
+   * rank's or the backend's), so it may write only memory this rank leaves
+   * alone until the request is done. Over thread ranks `data` is the
+   * sender's own buffer, so a kernel reduces straight from it without a
+   * staging copy. Sizes that disagree fail both sides as for irecv, and a
+   * request that fails (or is withdrawn) never calls consume. */
+  kreg_status (*irecv_consume)(void* ctx, int32_t peer, int32_t tag, size_t bytes,
+                               void (*consume)(void* arg, const void* data, size_t bytes), void* arg,
+                               void** request, char* msg, size_t msg_cap);
 } kreg_comm;
 #define KREG_COMM_MIN_SIZE (offsetof(kreg_comm, barrier) + sizeof(void*))
 
