@@ -6,12 +6,12 @@
 // bytes itself, straight from the sender's buffer into the receiver's (or
 // hands the sender's buffer to the receive's consume function, for
 // irecv_consume), with the world's lock released; both requests are then
-// done and their ranks woken. Otherwise it waits in the world's queue for its match. A waiting
-// rank first yields its core for up to kSpin (a peer a step behind is
-// usually about to post: this keeps small messages at microseconds, and
-// hands the core to that peer where ranks outnumber cores), then sleeps on
-// its own condition variable, waking every 50 ms to look at the cancel
-// flag.
+// done and their ranks woken. Otherwise it waits in the world's queue for
+// its match. A waiting rank first yields its core for up to kSpin (a peer
+// a step behind is usually about to post: this keeps small messages at
+// microseconds, and hands the core to that peer where ranks outnumber
+// cores), then sleeps on its own condition variable, waking every 50 ms to
+// look at the cancel flag.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
