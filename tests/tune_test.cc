@@ -747,7 +747,12 @@ TEST(TuneTest, JsonRecordsOfTuneQueryAndRunParse) {
   EXPECT_EQ(answers[0]["incomplete"], false);
   EXPECT_EQ(answers[0]["key"], t["key"]);
   EXPECT_EQ(answers[1]["match"], "nearest");
-  EXPECT_EQ(answers[1]["tuned_dims"], Json::parse(R"({"batch":8,"n":4000,"k":16})"));
+  // Whose winner a nearest answer takes is the neighbours' consensus over
+  // the measured times: the farther entry's where the nearer one's two
+  // variants came out within a few percent of each other.
+  EXPECT_THAT(answers[1]["tuned_dims"],
+              ::testing::AnyOf(Json::parse(R"({"batch":8,"n":4000,"k":16})"),
+                               Json::parse(R"({"batch":4,"n":1000,"k":8})")));
   EXPECT_TRUE(answers[1]["distance"].is_number());
 
   r = Kreg("run topk --dims batch=8,n=4000,k=16 --reps 2 --check --json --db " + db);
