@@ -69,8 +69,17 @@ const kreg_param_desc kCapacityParam = {
 };
 const kreg_param_desc* const kParams[] = {&kFirstBitsParam, &kRoundBitsParam, &kCapacityParam};
 
+struct RadixConfig {
+  int first_bits;
+  int round_bits;
+  int64_t capacity;
+  bool avx2;
+  bool avx512;
+};
+
 struct Scratch {
   std::vector<uint32_t> scores;  // the row's, or the sampled pass's survivors' float bits
+  std::vector<uint32_t> ranked;  // the survivors' scores
   std::vector<int32_t> cols;     // the survivors' columns
   std::vector<uint32_t> hist;
   std::vector<uint32_t> counts;  // Histogram's interleaved counts
@@ -119,75 +128,130 @@ __attribute__((target("avx2"))) int64_t ForEachAtLeast(const uint32_t* scores, i
   return i;
 }
 
-// One stable LSD pass per digit of kPasses digits of `width` bits, taken
-// from (score - lo) >> low, the top digit last; digits count down so that
-// better keys come first.
-template <int kPasses>
-void SortDigits(std::vector<uint64_t>& keys, std::vector<uint64_t>& tmp, std::vector<uint32_t>& counts, uint32_t lo,
-                int low, int width) {
-  const size_t n = keys.size();
-  const uint32_t mask = (1u << width) - 1;
-  const size_t buckets = size_t{1} << width;
-  auto digit = [&](uint64_t key, int p) {
-    return mask - (((static_cast<uint32_t>(key >> 32) - lo) >> (low + p * width)) & mask);
-  };
-  counts.assign(kPasses * buckets, 0);
-  uint32_t* c = counts.data();
-  for (uint64_t key : keys) {
-    for (int p = 0; p < kPasses; ++p) ++c[p * buckets + digit(key, p)];
-  }
-  tmp.resize(n);
-  for (int p = 0; p < kPasses; ++p) {
-    uint32_t* cp = c + p * buckets;
-    uint32_t pos = 0;
-    for (size_t b = 0; b < buckets; ++b) {
-      const uint32_t here = cp[b];
-      cp[b] = pos;
-      pos += here;
-    }
-    uint64_t* to = tmp.data();
-    for (uint64_t key : keys) to[cp[digit(key, p)]++] = key;
-    keys.swap(tmp);
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // as at Collect512
+#endif
+// Exclusive prefix sums of c[0, n) in place; AVX-512 sixteen at a time
+// where `avx512`: a scan over 4096 counts is as long as a pass over the
+// keys, one dependent add per count.
+__attribute__((target("avx512f"))) void ScanCounts512(uint32_t* c, size_t n) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i last = _mm512_set1_epi32(15);
+  __m512i carry = zero;  // the running total in every lane
+  for (size_t b = 0; b < n; b += 16) {
+    __m512i x = _mm512_loadu_si512(c + b);
+    x = _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 15));  // each lane plus the one below it
+    x = _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 14));
+    x = _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 12));
+    x = _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 8));
+    const __m512i inclusive = _mm512_add_epi32(x, carry);
+    _mm512_storeu_si512(c + b, _mm512_alignr_epi32(inclusive, carry, 15));
+    carry = _mm512_permutexvar_epi32(last, inclusive);
   }
 }
 
-// Sorts packed keys best first: score down, then column up (the packed
-// keys' own order). A stable LSD radix sort of each score's distance from
-// the lowest, over only the bits where scores differ, in as few passes of
-// at most 12 bits as that range needs: two for the k best of a row of
-// normal f32 data (whose scores span about 2^24), one for bf16's (whose low
-// 16 bits never differ). Counting from the lowest score rather than over
-// every bit that differs matters where scores cross a power of two: 1.9
-// and 2.1 differ in every exponent bit but are close. `counts` and `tmp`
-// are its room.
-// REQUIRES: keys of equal score appear in column order, as Select collects
-// them.
-void SortBest(std::vector<uint64_t>& keys, std::vector<uint64_t>& tmp, std::vector<uint32_t>& counts) {
-  if (keys.size() < 64) {
-    std::sort(keys.begin(), keys.end(), std::greater<>());
-    return;
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+void ScanCounts(uint32_t* c, size_t n, bool avx512) {
+  if (avx512 && n % 16 == 0) return ScanCounts512(c, n);
+  uint32_t pos = 0;
+  for (size_t b = 0; b < n; ++b) {
+    const uint32_t here = c[b];
+    c[b] = pos;
+    pos += here;
   }
-  const uint32_t first = static_cast<uint32_t>(keys[0] >> 32);
-  uint32_t lo = first, hi = first, differ = 0;
-  for (uint64_t key : keys) {
-    const uint32_t score = static_cast<uint32_t>(key >> 32);
+}
+
+// Where SortBest takes its keys from: keys already packed, or scores and
+// columns side by side (packed as the first pass moves them).
+struct PackedKeys {
+  const uint64_t* keys;
+  uint32_t Score(size_t i) const { return static_cast<uint32_t>(keys[i] >> 32); }
+  uint64_t Key(size_t i) const { return keys[i]; }
+};
+struct ScoredColumns {
+  const uint32_t* scores;
+  const int32_t* cols;
+  uint32_t Score(size_t i) const { return scores[i]; }
+  uint64_t Key(size_t i) const { return Pack(scores[i], cols[i]); }
+};
+
+// One stable LSD pass per digit of kPasses digits of `width` bits, taken
+// from (score - lo) >> low, the top digit last; digits count down so that
+// better keys come first. Passes alternate between tmp and out, the first
+// into tmp, so `from` may be out's own keys.
+template <int kPasses, typename From>
+void SortDigits(const From& from, size_t n, std::vector<uint64_t>& out, std::vector<uint64_t>& tmp,
+                std::vector<uint32_t>& counts, uint32_t lo, int low, int width, bool avx512) {
+  const uint32_t mask = (1u << width) - 1;
+  const size_t buckets = size_t{1} << width;
+  auto digit = [&](uint32_t score, int p) { return mask - (((score - lo) >> (low + p * width)) & mask); };
+  counts.assign(kPasses * buckets, 0);
+  uint32_t* c = counts.data();
+  for (size_t i = 0; i < n; ++i) {
+    for (int p = 0; p < kPasses; ++p) ++c[p * buckets + digit(from.Score(i), p)];
+  }
+  for (int p = 0; p < kPasses; ++p) ScanCounts(c + p * buckets, buckets, avx512);
+  tmp.resize(n);
+  out.resize(n);
+  uint64_t* to = tmp.data();
+  for (size_t i = 0; i < n; ++i) to[c[digit(from.Score(i), 0)]++] = from.Key(i);
+  for (int p = 1; p < kPasses; ++p) {
+    const uint64_t* keys = to;
+    to = p % 2 ? out.data() : tmp.data();
+    uint32_t* cp = c + p * buckets;
+    for (size_t i = 0; i < n; ++i) to[cp[digit(static_cast<uint32_t>(keys[i] >> 32), p)]++] = keys[i];
+  }
+  if (kPasses % 2 == 1) out.swap(tmp);
+}
+
+// Sorts n keys into out best first: score down, then column up (the packed
+// keys' own order). `from` may be out's own keys. A stable LSD radix sort
+// of each score's distance from the lowest, over only the bits where
+// scores differ, in as few passes of at most 12 bits as that range needs:
+// two for the k best of a row of normal f32 data (whose scores span about
+// 2^24), one for bf16's (whose low 16 bits never differ). Counting from the
+// lowest score rather than over every bit that differs matters where
+// scores cross a power of two: 1.9 and 2.1 differ in every exponent bit
+// but are close. `counts` and `tmp` are its room.
+// REQUIRES: keys of equal score come in column order, as Select collects
+// them.
+template <typename From>
+void SortBest(const From& from, size_t n, std::vector<uint64_t>& out, std::vector<uint64_t>& tmp,
+              std::vector<uint32_t>& counts, bool avx512) {
+  uint32_t lo = n > 0 ? from.Score(0) : 0, hi = lo, differ = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t score = from.Score(i);
     lo = std::min(lo, score);
     hi = std::max(hi, score);
-    differ |= score ^ first;
+    differ |= score ^ from.Score(0);
   }
-  if (differ == 0) return;  // one score: column order already
+  if (n < 64 || differ == 0) {  // few keys, or one score: column order already
+    out.resize(n);
+    for (size_t i = 0; i < n; ++i) out[i] = from.Key(i);
+    if (differ != 0) std::sort(out.begin(), out.end(), std::greater<>());
+    return;
+  }
   // Every score shares the bits below `low`, so the distances do too.
   const int low = __builtin_ctz(differ);
   const int bits = 32 - __builtin_clz((hi - lo) >> low);
   const int passes = (bits + 11) / 12;
   const int width = (bits + passes - 1) / passes;
   if (passes == 1) {
-    SortDigits<1>(keys, tmp, counts, lo, low, width);
+    SortDigits<1>(from, n, out, tmp, counts, lo, low, width, avx512);
   } else if (passes == 2) {
-    SortDigits<2>(keys, tmp, counts, lo, low, width);
+    SortDigits<2>(from, n, out, tmp, counts, lo, low, width, avx512);
   } else {
-    SortDigits<3>(keys, tmp, counts, lo, low, width);
+    SortDigits<3>(from, n, out, tmp, counts, lo, low, width, avx512);
   }
+}
+
+// SortBest of packed keys, in place.
+void SortBest(std::vector<uint64_t>& keys, std::vector<uint64_t>& tmp, std::vector<uint32_t>& counts, bool avx512) {
+  SortBest(PackedKeys{keys.data()}, keys.size(), keys, tmp, counts, avx512);
 }
 
 // Scores of a row: auto-vectorised, once per ISA, picked at load time.
@@ -220,9 +284,11 @@ uint32_t ThresholdBucket(const std::vector<uint32_t>& hist, int64_t need, int64_
 // The radix select of the k best of `len` scores, whose columns are
 // cols[i] (or base + i without cols), into `out`, sorted best first.
 // REQUIRES: k < len; cols ascending.
-void SelectScores(const uint32_t* scores, const int32_t* cols, int64_t base, int64_t len, int64_t k, int first_bits,
-                  int round_bits, int64_t capacity, bool avx2, Scratch& s, std::vector<uint64_t>& out) {
+void SelectScores(const uint32_t* scores, const int32_t* cols, int64_t base, int64_t len, int64_t k,
+                  const RadixConfig& cfg, Scratch& s, std::vector<uint64_t>& out) {
   auto col = [&](int64_t i) { return cols != nullptr ? cols[i] : base + i; };
+  const int first_bits = cfg.first_bits, round_bits = cfg.round_bits;
+  const int64_t capacity = cfg.capacity;
 
   // First pass: the bucket of the top first_bits bits that holds the k-th.
   int bits = first_bits;
@@ -271,7 +337,7 @@ void SelectScores(const uint32_t* scores, const int32_t* cols, int64_t base, int
   // of the row. Find them 16 at a time where the CPU allows.
   const uint32_t lo = prefix << shift;
   int64_t i = 0;
-  if (avx2 && lo > 0) i = ForEachAtLeast(scores, len, lo, visit);
+  if (cfg.avx2 && lo > 0) i = ForEachAtLeast(scores, len, lo, visit);
   for (; i < len; ++i) {
     if (scores[i] >= lo) visit(i);
   }
@@ -300,7 +366,7 @@ void SelectScores(const uint32_t* scores, const int32_t* cols, int64_t base, int
   }
   for (int64_t j = 0; j < need; ++j) o[n_out++] = Pack(scores[c[j]], col(c[j]));
   out.resize(n_out);
-  SortBest(out, s.tmp, s.counts);
+  SortBest(out, s.tmp, s.counts, cfg.avx512);
 }
 
 // A score that, by the order statistics of kSample elements of the row, a
@@ -354,12 +420,25 @@ uint32_t SampledThreshold(const void* first, bool bf16, uint32_t flip, int64_t l
     for (; b > 0 && need > hist[b]; --b) need -= hist[b];
     return static_cast<uint32_t>(b);
   };
-  uint32_t hist[256] = {};
-  for (uint32_t x : s.scores) ++hist[x >> 24];
-  const uint32_t top = bucket(hist);
-  std::fill(std::begin(hist), std::end(hist), 0);
-  for (uint32_t x : s.scores) hist[(x >> 16) & 0xff] += (x >> 24) == top;
-  return top << 24 | bucket(hist) << 16;
+  // A sample's top bytes are few (its exponents), so each of four
+  // interleaved counts takes every fourth score: one counter's increments
+  // would wait on each other.
+  uint32_t hist[4][256] = {};
+  for (int64_t i = 0; i < kSample; i += 4) {
+    for (int64_t j = 0; j < 4; ++j) ++hist[j][s.scores[i + j] >> 24];
+  }
+  for (int b = 0; b < 256; ++b) hist[0][b] += hist[1][b] + hist[2][b] + hist[3][b];
+  const uint32_t top = bucket(hist[0]);
+  // The second byte of the scores in that bucket, gathered first.
+  uint32_t in_top[kSample];
+  int64_t n = 0;
+  for (int64_t i = 0; i < kSample; ++i) {
+    in_top[n] = s.scores[i];
+    n += (s.scores[i] >> 24) == top;
+  }
+  std::fill(std::begin(hist[0]), std::end(hist[0]), 0);
+  for (int64_t i = 0; i < n; ++i) ++hist[0][(in_top[i] >> 16) & 0xff];
+  return top << 24 | bucket(hist[0]) << 16;
 }
 
 // 256 permutations of 8 lanes, each moving the lanes its index's bits name
@@ -433,6 +512,7 @@ int64_t CollectScalar(const void* first, bool bf16, int64_t len, uint32_t flip, 
 // GCC 12 takes the intrinsics' undefined pass-through source for an
 // uninitialised read.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 // CollectScalar by a FloatBound (kCmp its cmp), sixteen at a time with
@@ -499,14 +579,6 @@ __attribute__((target("avx2"))) int64_t Collect256(const void* first, bool bf16,
   return rest < 0 ? -1 : n + rest;
 }
 
-struct RadixConfig {
-  int first_bits;
-  int round_bits;
-  int64_t capacity;
-  bool avx2;
-  bool avx512;
-};
-
 // CollectScalar, by a float comparison and vectors where it can.
 int64_t Collect(const void* first, bool bf16, int64_t len, uint32_t flip, uint32_t t, int64_t base, int64_t limit,
                 const RadixConfig& cfg, uint32_t* bits, int32_t* cols) {
@@ -546,9 +618,9 @@ void Select(const void* row, const void* next, bool bf16, bool largest, int64_t 
       const int64_t n = Collect(first, bf16, len, flip, t, start, limit, cfg, s.scores.data(), s.cols.data());
       if (n >= k) {  // a few more than k: sorting them all is cheaper than selecting first
         if (next != nullptr) PrefetchSample(static_cast<const char*>(next) + start * (bf16 ? 2 : 4), bf16, len);
-        out.resize(n);
-        for (int64_t i = 0; i < n; ++i) out[i] = Pack(OrderedKey(s.scores[i]) ^ flip, s.cols[i]);
-        SortBest(out, s.tmp, s.counts);
+        s.ranked.resize(n);
+        ComputeScores(s.scores.data(), false, n, flip, s.ranked.data());
+        SortBest(ScoredColumns{s.ranked.data(), s.cols.data()}, n, out, s.tmp, s.counts, cfg.avx512);
         out.resize(k);
         return;
       }
@@ -560,10 +632,10 @@ void Select(const void* row, const void* next, bool bf16, bool largest, int64_t 
   if (len <= k) {
     out.resize(len);
     for (int64_t i = 0; i < len; ++i) out[i] = Pack(scores[i], start + i);
-    SortBest(out, s.tmp, s.counts);
+    SortBest(out, s.tmp, s.counts, cfg.avx512);
     return;
   }
-  SelectScores(scores, nullptr, start, len, k, cfg.first_bits, cfg.round_bits, cfg.capacity, cfg.avx2, s, out);
+  SelectScores(scores, nullptr, start, len, k, cfg, s, out);
 }
 
 kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg,
