@@ -8,7 +8,10 @@
 // one tag carries a failing rank's reason to the others. Waits poll
 // MPI_Test, spinning briefly and then sleeping (up to 1 ms a turn), so a
 // waiting rank does not burn a core; they also look for a peer's failure
-// notice, give up after the timeout and honour the cancel flag.
+// notice, give up after the timeout and honour the cancel flag. While
+// spinning they yield the core between polls only where this node runs
+// more ranks than it has CPUs: on a core of its own a yield is a system
+// call that only delays noticing the message.
 #include <mpi.h>
 
 #include <algorithm>
@@ -31,9 +34,9 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kHostTagBase = 16384;  // kernel tags are below it
 constexpr int kFailureTag = 32000;   // a failing rank's reason
-// Polling (yielding the core between polls) before naps: long enough that
-// a message of megabytes, whose fragments need this rank's progress, moves
-// at full speed; ranks sharing a core still get it.
+// Polling (yielding the core between polls where ranks share cores) before
+// naps: long enough that a message of megabytes, whose fragments need this
+// rank's progress, moves at full speed; ranks sharing a core still get it.
 constexpr auto kSpin = std::chrono::milliseconds(2);
 constexpr size_t kMaxFreeRequests = 64;
 
@@ -91,7 +94,13 @@ class MpiComm final : public Comm {
     int local_rank = 0;
     MPI_Comm_split_type(comm->world_, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
     MPI_Comm_rank(local, &local_rank);
+    int local_size = 1;
+    MPI_Comm_size(local, &local_size);
     MPI_Comm_free(&local);
+    // More ranks on this node than CPUs (mpirun --oversubscribe): spinning
+    // waits yield.
+    const unsigned cpus = std::thread::hardware_concurrency();
+    comm->yield_ = cpus == 0 || static_cast<unsigned>(local_size) > cpus;
     const int leader = local_rank == 0 ? 1 : 0;
     MPI_Allreduce(&leader, &comm->nodes_, 1, MPI_INT, MPI_SUM, comm->world_);
     if (MeshFits(options.mesh, size)) {
@@ -105,6 +114,7 @@ class MpiComm final : public Comm {
         sub->abi_.rank = key;
         sub->abi_.size = static_cast<int>(group.size());
         sub->parent_ = comm.get();
+        sub->yield_ = comm->yield_;
         comm->axes_.emplace_back(options.mesh[a].first, std::move(sub));
       }
     }
@@ -302,10 +312,10 @@ class MpiComm final : public Comm {
   }
 
   // Polls until `poll` says done: 64 times in a tight loop (a small
-  // message's latency: no clock read, no yield), then yielding between
-  // polls for kSpin, then with naps growing to 1 ms. Failure notices, the
-  // cancel flag and the deadline (counted from the end of the tight loop)
-  // are looked at every 64 turns.
+  // message's latency: no clock read, no yield), then for kSpin (yielding
+  // between polls where ranks share cores), then with naps growing to
+  // 1 ms. Failure notices, the cancel flag and the deadline (counted from
+  // the end of the tight loop) are looked at every 64 turns.
   // `awaiting()` describes the wait, for the message. Giving up cancels
   // and frees *cancel (a point-to-point request) unless it is NULL.
   template <typename PollFn, typename Awaiting>
@@ -322,7 +332,7 @@ class MpiComm final : public Comm {
         start = Clock::now();
         deadline = WaitDeadline(options_, host);
       }
-      if (turn >= 64 && !napping) std::this_thread::yield();
+      if (yield_ && turn >= 64 && !napping) std::this_thread::yield();
       if (turn % 64 != 63 && !napping) continue;
       std::string why;
       if (const kreg_status stop = Stop(host, deadline, awaiting(), &why); stop != KREG_OK) {
@@ -403,6 +413,7 @@ class MpiComm final : public Comm {
   std::vector<MpiRequest*> free_;    // finished requests, for reuse
   MpiComm* parent_ = nullptr;  // an axis communicator's whole mesh
   int nodes_ = 1;                // the world's, as counted in Over
+  bool yield_ = true;            // spinning waits yield (ranks share cores)
 };
 
 }  // namespace

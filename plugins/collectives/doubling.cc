@@ -4,7 +4,10 @@
 // allgather       Bruck, for any p: a buffer of p blocks holds rank + i's x
 //                 at block i; round k (d = 2^k) sends blocks [0, m) to rank
 //                 - d and receives rank + d's into [d, d + m), m = min(d, p -
-//                 d); at the end block i is copied to out[rank + i].
+//                 d); at the end block i is copied to out[rank + i]. Round 0
+//                 sends x itself, not a copy just written (which the peer
+//                 would read out of this core's cache), and out[rank] is
+//                 copied from x.
 // Fold            (p not a power of two) with core = the largest power of two
 //                 <= p, extra rank core + e hands its accumulators to rank e,
 //                 which combines them after its own (lower rank first), takes
@@ -121,14 +124,20 @@ kreg_status AllgatherRun(const kreg_config*, const kreg_args* args, void*, void*
   const size_t block = c.Bytes(c.count);
   void* slots[2];
   Link link(c, slots, 2, msg, cap);
-  std::memcpy(buf, c.x, block);
+  // Round d = 1 sends x itself (block 0 alone); x is copied into block 0,
+  // which later rounds send, while it travels.
   for (int d = 1; d < c.p; d *= 2) {
     const size_t bytes = std::min(d, c.p - d) * block;
-    if (!Exchange(link, kTagMain, Mod(c.rank - d, c.p), buf, bytes, Mod(c.rank + d, c.p), At(buf, d, block), bytes)) {
+    const int to = Mod(c.rank - d, c.p), from = Mod(c.rank + d, c.p);
+    const void* send = d == 1 ? c.x : buf;
+    if (!link.Recv(0, from, kTagMain, At(buf, d, block), bytes) || !link.Send(1, to, kTagMain, send, bytes)) {
       return link.status();
     }
+    if (d == 1 && c.p > 2) std::memcpy(buf, c.x, block);
+    if (!link.Wait(0) || !link.Wait(1)) return link.status();
   }
-  for (int i = 0; i < c.p; ++i) std::memcpy(c.OutRow(Mod(c.rank + i, c.p)), At(buf, i, block), block);
+  std::memcpy(c.OutRow(c.rank), c.x, block);
+  for (int i = 1; i < c.p; ++i) std::memcpy(c.OutRow(Mod(c.rank + i, c.p)), At(buf, i, block), block);
   return link.Finish();
 }
 

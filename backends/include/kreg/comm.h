@@ -17,7 +17,9 @@
 //            under mpirun). The backend is a module, kreg_mpi.so, loaded at
 //            run time and built wherever MPI is found, so kreg never links
 //            MPI itself. No irecv_consume (kernels receive, then
-//            consume). A rank that fails tells the others (their waits
+//            consume). A waiting rank polls, yielding its core between
+//            polls only where its node runs more ranks than CPUs, then
+//            sleeps. A rank that fails tells the others (their waits
 //            fail at once); a rank that dies ends the whole job (mpirun
 //            kills it).
 //
