@@ -7,9 +7,12 @@
 // flat_hash_map of entry indices, then compare fields: no allocation.
 // Entry keys live in compact arrays with their strings interned, so a probe
 // touches a few cache lines. Nearest lookups go to the entry's group (op,
-// dtype signature, machine, data class, dim names): a k-d tree over log2 dims (median
-// splits on the widest axis, leaves of up to 32) searched depth first, nearer child
-// first, skipping any box farther (L1) than the eighth-best entry found.
+// dtype signature, machine, data class, dim names): a k-d tree over log2 dims (split
+// on the axis of the entries' largest variance, at the boundary between unequal
+// values nearest the median, so a grid's planes stay whole; leaves of up to 32)
+// searched depth first, nearer child first, skipping any box farther (L1) than the
+// eighth-best entry found. Boxes bound their entries exactly, so any split
+// finds the same entries: the split only decides how many are looked at.
 // Ops are the registry's: keys are checked and shape-only arguments built by
 // the Op, legality asked of the kernel's Check.
 //

@@ -91,18 +91,48 @@ int32_t Lut::Impl::BuildTree(Group* g, std::vector<float>& coords, size_t d, uin
       hi[j] = std::max(hi[j], coords[p * d + j]);
     }
   }
+  // Split on the axis along which the entries spread most (variance), at
+  // the boundary of equal values nearest the median: a grid's planes are
+  // kept whole, so a leaf spans few of them.
   size_t axis = 0;
-  for (size_t j = 1; j < d; ++j) {
-    if (hi[j] - lo[j] > hi[axis] - lo[axis]) axis = j;
+  double spread = -1;
+  const double count = static_cast<double>(end - begin);
+  for (size_t j = 0; j < d; ++j) {
+    double sum = 0, squares = 0;
+    for (uint32_t p = begin; p < end; ++p) {
+      const double v = coords[p * d + j];
+      sum += v;
+      squares += v * v;
+    }
+    const double var = squares - sum * sum / count;
+    if (hi[j] > lo[j] && var > spread) {
+      spread = var;
+      axis = j;
+    }
   }
-  if (end - begin <= kLeafSize || d == 0 || hi[axis] <= lo[axis] || depth >= 60) return index;
-  // Split at the median along the widest axis.
+  if (end - begin <= kLeafSize || d == 0 || spread < 0 || depth >= 60) return index;
   std::vector<uint32_t> order(end - begin);
   for (uint32_t p = begin; p < end; ++p) order[p - begin] = p;
-  const uint32_t mid = begin + (end - begin) / 2;
-  std::nth_element(
-      order.begin(), order.begin() + (mid - begin), order.end(),
-      [&](uint32_t a, uint32_t b) { return coords[a * d + axis] < coords[b * d + axis]; });
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    const float x = coords[a * d + axis], y = coords[b * d + axis];
+    return x != y ? x < y : a < b;
+  });
+  const size_t n = order.size();
+  auto value = [&](size_t i) { return coords[order[i] * d + axis]; };
+  // The boundary between unequal values nearest the middle.
+  auto boundary = [&](size_t b) { return b >= 1 && b < n && value(b - 1) != value(b); };
+  size_t cut = n / 2;
+  for (size_t step = 0; step <= n / 2 + 1; ++step) {
+    if (boundary(n / 2 + step)) {
+      cut = n / 2 + step;
+      break;
+    }
+    if (step <= n / 2 && boundary(n / 2 - step)) {
+      cut = n / 2 - step;
+      break;
+    }
+  }
+  const uint32_t mid = begin + static_cast<uint32_t>(cut);
   std::vector<float> c(order.size() * d);
   std::vector<uint32_t> items(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
@@ -157,7 +187,7 @@ void Lut::Impl::SearchTree(const Group& group, size_t d, const float* q, Best* b
     int32_t node;
     float bound;
   };
-  Frame stack[2 * 64 + 2];  // two per level; a median split is at most 64 deep
+  Frame stack[2 * 64 + 2];  // two per level; BuildTree stops at depth 60
   int top = 0;
   stack[top++] = {0, box_distance(0)};
   float dist[kLeafSize];
