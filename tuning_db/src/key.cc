@@ -14,7 +14,23 @@ namespace kreg {
 namespace tuning_db_internal {
 namespace {
 
+// One parameter's part of a ConfigId.
+void AppendParamId(const tuning::ParamValue& p, std::string* out) {
+  absl::StrAppend(out, p.name(), "\x1e", static_cast<int>(p.value_case()), "\x1e");
+  if (p.value_case() == tuning::ParamValue::kChoice) {
+    out->append(p.choice());  // ValueText without a copy
+  } else {
+    out->append(ValueText(p));
+  }
+}
+
 std::string ConfigId(const tuning::Config& config) {
+  // Most configurations have no parameter or one: nothing to sort.
+  if (config.params_size() <= 1) {
+    std::string id;
+    if (config.params_size() == 1) AppendParamId(config.params(0), &id);
+    return id;
+  }
   std::vector<std::string> params;
   for (const tuning::ParamValue& p : config.params()) {
     params.push_back(

@@ -84,9 +84,18 @@ std::vector<VariantScore> Score(const std::vector<MeasuredOn>& measured) {
 void Lut::Impl::AddMachines(const tuning::Database& proto) {
   for (const tuning::Machine& m : proto.machines()) machines[m.id()] = m;
   machines[ThisMachine().id()] = ThisMachine();
+  // Entries of one machine, op and dtype usually come together: those
+  // already recorded by the previous entry are not looked up again.
+  const tuning::ProblemKey* previous = nullptr;
   for (const tuning::Entry& e : proto.entries()) {
-    tuned_machines.insert(e.key().machine_id());
-    tuned_ops.insert(absl::StrCat(e.key().machine_id(), "\x1f", e.key().op(), "\x1f", e.key().dtype()));
+    const tuning::ProblemKey& key = e.key();
+    if (previous != nullptr && previous->machine_id() == key.machine_id() && previous->op() == key.op() &&
+        previous->dtype() == key.dtype()) {
+      continue;
+    }
+    previous = &key;
+    tuned_machines.insert(key.machine_id());
+    tuned_ops.insert(absl::StrCat(key.machine_id(), "\x1f", key.op(), "\x1f", key.dtype()));
   }
   for (const auto& [id, m] : machines) {
     if (m.has_gpu()) {

@@ -41,6 +41,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/arena.h"
 #include "kreg/lut.h"
@@ -283,7 +284,7 @@ struct Lut::Impl {
     bool incomplete = false;  // its sweep was cut short
     Config config;
     Dims dims;  // canonical
-    std::string key_text;
+    std::string key_text;  // KeyString of its key; empty where KeyText can make it
     std::string problem;
     // When the entry holds measurements on chosen thread counts: the
     // fastest usable one on each thread count (0: all cores), fastest first.
@@ -417,6 +418,14 @@ struct Lut::Impl {
                                          const Dims& dims, const Op* op, const DimsDigest& digest,
                                          const ShapeArgs& shape, uint32_t skip, LutAnswer* answer) const;
 
+  // The text of item `item`'s key `key` (KeyString of its entry's key).
+  std::string KeyText(const Key& key, const Item& item) const {
+    if (!item.key_text.empty()) return item.key_text;
+    const std::string& data_class = strings[key.data_class];
+    return absl::StrCat(strings[key.op], " ", strings[key.dtype], " ", DimsString(item.dims),
+                        data_class.empty() ? "" : absl::StrCat(" [", data_class, "]"), " @", strings[key.machine]);
+  }
+
   // The op called `name`, looked up without a call; nullptr if unknown.
   const OpEntry* FindOp(absl::string_view name) const {
     for (const OpEntry& e : ops) {
@@ -512,7 +521,8 @@ struct Lut::Impl {
   // copies on `arena`). The first problem met is item->problem; each
   // configuration checked is recorded in scratch->checked. Returns why the
   // fastest trial is stale, or "".
-  std::string ChooseTrials(const std::string& op_name, const std::vector<const tuning::Trial*>& trials,
+  std::string ChooseTrials(const std::string& op_name, const Key& key,
+                           const std::vector<const tuning::Trial*>& trials,
                            const KernelsByName& by_name, const ShapeArgs& own, const absl::Status& own_shape,
                            bool on_gpu, Item* item, lut_internal::BuildScratch* scratch);
   // The item's rankings for Consensus (trial_ranks, slowdowns, trial_hash),

@@ -359,7 +359,7 @@ std::pair<uint32_t, float> Lut::Impl::FindNearest(absl::string_view op_name, abs
         continue;
       }
       if (absl::Status s = Legal(*item.kernel, item.config, shape); !s.ok()) {
-        answer->warnings.push_back(absl::StrCat(item.key_text, ": ", item.kernel->name(), " ",
+        answer->warnings.push_back(absl::StrCat(KeyText(keys[i], item), ": ", item.kernel->name(), " ",
                                                 item.kernel->ConfigString(item.config),
                                                 " is not legal here: ", s.message()));
         continue;
