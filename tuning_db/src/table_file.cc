@@ -332,6 +332,42 @@ bool HasUnknownFields(const tuning::Database& db) {
 
 }  // namespace
 
+namespace {
+
+// Whether two trials have the same TrialIdOf for certain, without making
+// it: the same variant, version and thread count, and the same parameters in
+// the same order. (False does not say that the ids differ.)
+bool SameTrialId(const Trial& a, const Trial& b) {
+  if (a.variant_version() != b.variant_version() || std::max(a.threads(), 0) != std::max(b.threads(), 0) ||
+      a.variant() != b.variant() || a.config().params_size() != b.config().params_size()) {
+    return false;
+  }
+  for (int i = 0; i < a.config().params_size(); ++i) {
+    const tuning::ParamValue& p = a.config().params(i);
+    const tuning::ParamValue& q = b.config().params(i);
+    if (p.name() != q.name() || p.value_case() != q.value_case()) return false;
+    switch (p.value_case()) {
+      case tuning::ParamValue::kIntValue:
+        if (p.int_value() != q.int_value()) return false;
+        break;
+      case tuning::ParamValue::kListValue:
+        if (!std::equal(p.list_value().values().begin(), p.list_value().values().end(),
+                        q.list_value().values().begin(), q.list_value().values().end())) {
+          return false;
+        }
+        break;
+      case tuning::ParamValue::kChoice:
+        if (p.choice() != q.choice()) return false;
+        break;
+      case tuning::ParamValue::VALUE_NOT_SET:
+        break;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::StatusOr<TuningDb> TuningDb::FromProto(tuning::Database database) {
   Sanitize(&database);
   return Adopt(&database);
@@ -378,6 +414,10 @@ absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database* parsed, std::unique_p
     for (const Trial& t : e.partial()) out.PutPartial(index, t);
     const EntryIndex& ids = out.index_[index];
     auto put_unlisted = [&](Trial* winner) {
+      const tuning::Entry& mine = out.db_->entries(index);
+      for (int at : listed) {
+        if (SameTrialId(mine.trials(at), *winner)) return;  // without making the id
+      }
       std::string id = TrialIdOf(*winner);
       if (std::any_of(listed.begin(), listed.end(), [&](int at) { return ids.ids[at] == id; })) return;
       out.PutTrialWithId(index, *winner, std::move(id), /*keep_newer=*/true, Ties::kIncoming, winner,
