@@ -242,8 +242,10 @@ void Lut::Impl::AddMeasuredDefault(const tuning::ProblemKey& shape_key, const Di
       const lut_internal::Fastest* f = m.Find(score.name);
       if (f == nullptr) continue;
       std::optional<Config> config;
+      const tuning::Trial* copied = nullptr;
       if (auto checked = scratch.checked.find(f->trial); checked != scratch.checked.end()) {
-        config = checked->second;
+        config = checked->second.config;
+        copied = checked->second.copy;
       } else if (absl::StatusOr<Config> c = FromProtoConfig(kernel, f->trial->config()); c.ok()) {
         const ShapeArgs& shape = own();
         if (Legal(kernel, *c, shape).ok()) config = *std::move(c);
@@ -251,18 +253,18 @@ void Lut::Impl::AddMeasuredDefault(const tuning::ProblemKey& shape_key, const Di
       if (!config.has_value()) continue;
       item.kernel = &kernel;
       item.config = *std::move(config);
-      tuning::Trial* trial = google::protobuf::Arena::CreateMessage<tuning::Trial>(&arena);
-      *trial = *f->trial;
-      item.trial = trial;
-      item.threads = trial->threads();
+      if (copied == nullptr) {
+        tuning::Trial* trial = google::protobuf::Arena::CreateMessage<tuning::Trial>(&arena);
+        *trial = *f->trial;
+        copied = trial;
+      }
+      item.trial = copied;
+      item.threads = copied->threads();
       break;
     }
     if (item.kernel == nullptr) continue;
     item.variant = InternFew(item.trial->variant());
     item.dims = dims;
-    item.key_text = absl::StrCat(shape_key.op(), " ", shape_key.dtype(), " ", DimsString(dims),
-                                 shape_key.data_class().empty() ? "" : " [" + shape_key.data_class() + "]",
-                                 " (measured default)");
     item.mean_slowdown = std::exp(score.log_ratio);
     item.measured_on = static_cast<uint32_t>(score.count);
     item.measured_of = static_cast<uint32_t>(measured.size());

@@ -130,7 +130,7 @@ void Lut::Impl::AddEntry(int index, const tuning::Entry& e, OpEntry* op_entry, c
   for (int d = 0; canonical && d < e.key().dims_size(); ++d) {
     canonical = e.key().dims(d).name() == item.dims[d].first && e.key().dims(d).value() == item.dims[d].second;
   }
-  if (!canonical) item.key_text = KeyString(e.key());
+  if (!canonical || e.key().machine_id() == kMeasuredDefaultsId) item.key_text = KeyString(e.key());
   item.incomplete = e.incomplete();
   const TensorTypes* types = op_entry->FindTypes(e.key().dtype());
   if (types == nullptr) {
@@ -235,13 +235,15 @@ std::string Lut::Impl::ChooseTrials(const std::string& op_name, const Key& key,
     } else {
       absl::StatusOr<Config> config = FromProtoConfig(*it->second, t.config());
       absl::Status legal = config.ok() ? Legal(*it->second, *config, own) : config.status();
-      scratch->checked.try_emplace(&t, legal.ok() ? std::optional<Config>(*config) : std::nullopt);
+      auto checked = scratch->checked.try_emplace(
+          &t, lut_internal::BuildScratch::Checked{legal.ok() ? std::optional<Config>(*config) : std::nullopt}).first;
       if (legal.ok() && item->kernel == nullptr) {
         winner = &t;
         item->kernel = it->second.get();
         item->config = *config;
         item->trial = copy(&t);
         item->threads = t.threads();
+        checked->second.copy = item->trial;
       }
       if (legal.ok() && !counts.empty()) {
         item->on_threads.push_back({t.threads(), it->second.get(), *std::move(config), copy(&t)});

@@ -249,8 +249,14 @@ struct BuildScratch {
   // made (meaningful where it has an item).
   std::vector<bool> own_shape_ok;
   // Trials whose configuration was converted and checked against their
-  // entry's own shape: the Config where it converts and is legal there.
-  absl::flat_hash_map<const tuning::Trial*, std::optional<Config>> checked;
+  // entry's own shape: the Config where it converts and is legal there,
+  // and the copy on the Lut's arena of an entry's winner (measured
+  // defaults answering with the same trial share it).
+  struct Checked {
+    std::optional<Config> config;
+    const tuning::Trial* copy = nullptr;
+  };
+  absl::flat_hash_map<const tuning::Trial*, Checked> checked;
   // Strings interned so far (see Lut::Impl::Intern).
   absl::flat_hash_map<std::string, uint32_t> interned;
 };
@@ -418,12 +424,15 @@ struct Lut::Impl {
                                          const Dims& dims, const Op* op, const DimsDigest& digest,
                                          const ShapeArgs& shape, uint32_t skip, LutAnswer* answer) const;
 
-  // The text of item `item`'s key `key` (KeyString of its entry's key).
+  // The text of item `item`'s key `key`: KeyString of its entry's key; a
+  // measured default's "OP DTYPE DIMS [DATA CLASS] (measured default)".
   std::string KeyText(const Key& key, const Item& item) const {
     if (!item.key_text.empty()) return item.key_text;
     const std::string& data_class = strings[key.data_class];
+    const std::string& machine = strings[key.machine];
     return absl::StrCat(strings[key.op], " ", strings[key.dtype], " ", DimsString(item.dims),
-                        data_class.empty() ? "" : absl::StrCat(" [", data_class, "]"), " @", strings[key.machine]);
+                        data_class.empty() ? "" : absl::StrCat(" [", data_class, "]"),
+                        machine == kMeasuredDefaultsId ? " (measured default)" : absl::StrCat(" @", machine));
   }
 
   // The op called `name`, looked up without a call; nullptr if unknown.

@@ -113,25 +113,23 @@ int32_t Lut::Impl::BuildTree(Group* g, std::vector<float>& coords, size_t d, uin
   if (end - begin <= kLeafSize || d == 0 || spread < 0 || depth >= 60) return index;
   std::vector<uint32_t> order(end - begin);
   for (uint32_t p = begin; p < end; ++p) order[p - begin] = p;
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    const float x = coords[a * d + axis], y = coords[b * d + axis];
-    return x != y ? x < y : a < b;
-  });
-  const size_t n = order.size();
-  auto value = [&](size_t i) { return coords[order[i] * d + axis]; };
-  // The boundary between unequal values nearest the middle.
-  auto boundary = [&](size_t b) { return b >= 1 && b < n && value(b - 1) != value(b); };
-  size_t cut = n / 2;
-  for (size_t step = 0; step <= n / 2 + 1; ++step) {
-    if (boundary(n / 2 + step)) {
-      cut = n / 2 + step;
-      break;
-    }
-    if (step <= n / 2 && boundary(n / 2 - step)) {
-      cut = n / 2 - step;
-      break;
-    }
-  }
+  auto at = [&](uint32_t p) { return coords[p * d + axis]; };
+  // The median, then the run of entries equal to it: the boundary nearer
+  // the middle at either end of the run (the upper one on a tie) is the cut.
+  const size_t n = order.size(), half = n / 2;
+  std::nth_element(order.begin(), order.begin() + half, order.end(),
+                   [&](uint32_t a, uint32_t b) { return at(a) < at(b); });
+  const float median = at(order[half]);
+  const size_t run_begin = static_cast<size_t>(
+      std::partition(order.begin(), order.begin() + half, [&](uint32_t p) { return at(p) < median; }) -
+      order.begin());
+  const size_t run_end = static_cast<size_t>(
+      std::partition(order.begin() + half, order.end(), [&](uint32_t p) { return at(p) == median; }) -
+      order.begin());
+  // Some entry differs from the median (the axis has spread), so one of
+  // the two is a boundary inside the range.
+  size_t cut = run_end;
+  if (run_end >= n || (run_begin >= 1 && half - run_begin < run_end - half)) cut = run_begin;
   const uint32_t mid = begin + static_cast<uint32_t>(cut);
   std::vector<float> c(order.size() * d);
   std::vector<uint32_t> items(order.size());
