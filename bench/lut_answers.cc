@@ -349,7 +349,7 @@ void Crafted() {
 // ---- Questions -----------------------------------------------------------------
 
 std::vector<Dims> Perturbed(const Dims& dims, int count, std::mt19937* rng) {
-  std::vector<Dims> out;
+  std::vector<Dims> shapes;
   for (int i = 0; i < count; ++i) {
     Dims d = dims;
     for (auto& [name, value] : d) {
@@ -369,9 +369,9 @@ std::vector<Dims> Perturbed(const Dims& dims, int count, std::mt19937* rng) {
                                       std::exp2(static_cast<double>((*rng)() % 1001) / 125.0 - 4.0)));
       }
     }
-    out.push_back(std::move(d));
+    shapes.push_back(std::move(d));
   }
-  return out;
+  return shapes;
 }
 
 void AskTopk(const Lut& lut, const std::vector<Dims>& tuned, const std::vector<std::string>& machines,
