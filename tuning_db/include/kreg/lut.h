@@ -330,7 +330,9 @@ class TuningDb {
 
   // The database lives on its own arena: a table of ten thousand entries
   // is a hundred thousand small messages, cheaper to allocate and to free
-  // there. Never null.
+  // there. A loaded table's is the one its file was parsed onto (what it
+  // keeps was moved from the parsed messages, whose emptied shells stay
+  // there until it goes). Never null.
   std::unique_ptr<google::protobuf::Arena> arena_;
   tuning::Database* db_;
   std::string unchecked_;
