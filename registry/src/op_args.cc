@@ -331,7 +331,7 @@ absl::Status Op::MakeShapeArgs(const Values& values, const TensorTypes& types, S
   out->pointers_.assign(tensors_.size(), nullptr);
   for (size_t i = 0; i < tensors_.size(); ++i) {
     if (!types[i]) continue;
-    out->shapes_[i] = ShapeOf(static_cast<int>(i), out->values_);
+    for (int d : tensors_[i].ShapeUnder(out->values_.attrs.data())) out->shapes_[i].push_back(out->values_.dims[d]);
     DLTensor& t = out->tensors_[i];
     t.data = kNoData;
     t.device = {kDLCPU, 0};

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kreg/lut.h"
@@ -14,14 +15,30 @@ namespace kreg {
 namespace tuning_db_internal {
 namespace {
 
-std::string ConfigId(const tuning::Config& config) {
+// One parameter's part of a ConfigId.
+void AppendParamId(const tuning::ParamValue& p, std::string* out) {
+  absl::StrAppend(out, p.name(), "\x1e", static_cast<int>(p.value_case()), "\x1e");
+  if (p.value_case() == tuning::ParamValue::kChoice) {
+    out->append(p.choice());  // ValueText without a copy
+  } else {
+    out->append(ValueText(p));
+  }
+}
+
+// Appends the configuration's id: its parameters' ids, sorted, joined.
+void AppendConfigId(const tuning::Config& config, std::string* out) {
+  // Most configurations have no parameter or one: nothing to sort.
+  if (config.params_size() <= 1) {
+    if (config.params_size() == 1) AppendParamId(config.params(0), out);
+    return;
+  }
   std::vector<std::string> params;
   for (const tuning::ParamValue& p : config.params()) {
     params.push_back(
         absl::StrCat(p.name(), "\x1e", static_cast<int>(p.value_case()), "\x1e", ValueText(p)));
   }
   std::sort(params.begin(), params.end());
-  return absl::StrJoin(params, "\x1f");
+  absl::StrAppend(out, absl::StrJoin(params, "\x1f"));
 }
 
 }  // namespace
@@ -41,16 +58,34 @@ std::string ValueText(const tuning::ParamValue& p) {
 }
 
 std::string KeyId(const tuning::ProblemKey& key) {
-  std::vector<std::string> dims;
-  for (const tuning::Dim& d : key.dims()) dims.push_back(absl::StrCat(d.name(), "=", d.value()));
+  // "name=value" of each dim, sorted as text, joined by ','; the pieces are
+  // made back to back in one string.
+  std::string pieces;
+  absl::InlinedVector<absl::string_view, 8> dims;
+  absl::InlinedVector<size_t, 8> ends;
+  for (const tuning::Dim& d : key.dims()) {
+    absl::StrAppend(&pieces, d.name(), "=", d.value());
+    ends.push_back(pieces.size());
+  }
+  for (size_t i = 0, begin = 0; i < ends.size(); begin = ends[i++]) {
+    dims.emplace_back(pieces.data() + begin, ends[i] - begin);
+  }
   std::sort(dims.begin(), dims.end());
-  // As Sanitize would store it, so raw and stored keys find each other.
-  return ValidUtf8(absl::StrCat(key.op(), "\x1f", key.dtype(), "\x1f", absl::StrJoin(dims, ","), "\x1f",
-                                key.machine_id(), "\x1f", key.data_class()));
+  std::string id = absl::StrCat(key.op(), "\x1f", key.dtype(), "\x1f");
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) id.push_back(',');
+    id.append(dims[i].data(), dims[i].size());
+  }
+  absl::StrAppend(&id, "\x1f", key.machine_id(), "\x1f", key.data_class());
+  // As Sanitize would store it, so raw and stored keys find each other
+  // (ASCII is stored as it is).
+  const bool ascii = std::all_of(id.begin(), id.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+  return ascii ? id : ValidUtf8(id);
 }
 
 std::string TrialId(absl::string_view variant, uint32_t version, const tuning::Config& config, int threads) {
-  std::string id = absl::StrCat(variant, "\x1d", version, "\x1d", ConfigId(config));
+  std::string id = absl::StrCat(variant, "\x1d", version, "\x1d");
+  AppendConfigId(config, &id);
   if (threads > 0) absl::StrAppend(&id, "\x1d", threads);
   return id;
 }

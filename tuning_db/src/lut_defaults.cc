@@ -84,9 +84,18 @@ std::vector<VariantScore> Score(const std::vector<MeasuredOn>& measured) {
 void Lut::Impl::AddMachines(const tuning::Database& proto) {
   for (const tuning::Machine& m : proto.machines()) machines[m.id()] = m;
   machines[ThisMachine().id()] = ThisMachine();
+  // Entries of one machine, op and dtype usually come together: those
+  // already recorded by the previous entry are not looked up again.
+  const tuning::ProblemKey* previous = nullptr;
   for (const tuning::Entry& e : proto.entries()) {
-    tuned_machines.insert(e.key().machine_id());
-    tuned_ops.insert(absl::StrCat(e.key().machine_id(), "\x1f", e.key().op(), "\x1f", e.key().dtype()));
+    const tuning::ProblemKey& key = e.key();
+    if (previous != nullptr && previous->machine_id() == key.machine_id() && previous->op() == key.op() &&
+        previous->dtype() == key.dtype()) {
+      continue;
+    }
+    previous = &key;
+    tuned_machines.insert(key.machine_id());
+    tuned_ops.insert(absl::StrCat(key.machine_id(), "\x1f", key.op(), "\x1f", key.dtype()));
   }
   for (const auto& [id, m] : machines) {
     if (m.has_gpu()) {
@@ -233,8 +242,10 @@ void Lut::Impl::AddMeasuredDefault(const tuning::ProblemKey& shape_key, const Di
       const lut_internal::Fastest* f = m.Find(score.name);
       if (f == nullptr) continue;
       std::optional<Config> config;
+      const tuning::Trial* copied = nullptr;
       if (auto checked = scratch.checked.find(f->trial); checked != scratch.checked.end()) {
-        config = checked->second;
+        config = checked->second.config;
+        copied = checked->second.copy;
       } else if (absl::StatusOr<Config> c = FromProtoConfig(kernel, f->trial->config()); c.ok()) {
         const ShapeArgs& shape = own();
         if (Legal(kernel, *c, shape).ok()) config = *std::move(c);
@@ -242,18 +253,18 @@ void Lut::Impl::AddMeasuredDefault(const tuning::ProblemKey& shape_key, const Di
       if (!config.has_value()) continue;
       item.kernel = &kernel;
       item.config = *std::move(config);
-      tuning::Trial* trial = google::protobuf::Arena::CreateMessage<tuning::Trial>(&arena);
-      *trial = *f->trial;
-      item.trial = trial;
-      item.threads = trial->threads();
+      if (copied == nullptr) {
+        tuning::Trial* trial = google::protobuf::Arena::CreateMessage<tuning::Trial>(&arena);
+        *trial = *f->trial;
+        copied = trial;
+      }
+      item.trial = copied;
+      item.threads = copied->threads();
       break;
     }
     if (item.kernel == nullptr) continue;
     item.variant = InternFew(item.trial->variant());
     item.dims = dims;
-    item.key_text = absl::StrCat(shape_key.op(), " ", shape_key.dtype(), " ", DimsString(dims),
-                                 shape_key.data_class().empty() ? "" : " [" + shape_key.data_class() + "]",
-                                 " (measured default)");
     item.mean_slowdown = std::exp(score.log_ratio);
     item.measured_on = static_cast<uint32_t>(score.count);
     item.measured_of = static_cast<uint32_t>(measured.size());

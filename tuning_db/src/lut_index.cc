@@ -124,13 +124,19 @@ void Lut::Impl::AddEntry(int index, const tuning::Entry& e, OpEntry* op_entry, c
   const Op& op = *op_entry->op;
   Item item;
   item.dims = CanonicalDims(op, KeyDims(e.key()));
-  item.key_text = KeyString(e.key());
+  // The key's text is made when needed (KeyText) unless its dims are not
+  // in canonical order, when it cannot be made from the compact key.
+  bool canonical = static_cast<size_t>(e.key().dims_size()) == item.dims.size();
+  for (int d = 0; canonical && d < e.key().dims_size(); ++d) {
+    canonical = e.key().dims(d).name() == item.dims[d].first && e.key().dims(d).value() == item.dims[d].second;
+  }
+  if (!canonical || e.key().machine_id() == kMeasuredDefaultsId) item.key_text = KeyString(e.key());
   item.incomplete = e.incomplete();
   const TensorTypes* types = op_entry->FindTypes(e.key().dtype());
   if (types == nullptr) {
     absl::StatusOr<TensorTypes> parsed = op.TypesFromKey(e.key().dtype());
     if (!parsed.ok()) {
-      warnings.push_back(absl::StrCat(item.key_text, ": ", parsed.status().message(), "; entry skipped"));
+      warnings.push_back(absl::StrCat(KeyString(e.key()), ": ", parsed.status().message(), "; entry skipped"));
       return;
     }
     // Valid for this entry (the vector may move for the next one).
@@ -162,10 +168,10 @@ void Lut::Impl::AddEntry(int index, const tuning::Entry& e, OpEntry* op_entry, c
   const absl::Status own_shape = MakeShape(op, *types, item.dims, &own);
   scratch->own_shape_ok[index] = own_shape.ok();
   if (!own_shape.ok()) {
-    warnings.push_back(absl::StrCat(item.key_text, ": ", own_shape.message(), "; entry skipped"));
+    warnings.push_back(absl::StrCat(KeyText(key, item), ": ", own_shape.message(), "; entry skipped"));
   }
   // The fastest trial's staleness, if it was.
-  const std::string stale = ChooseTrials(op_name, trials, by_name, own, own_shape,
+  const std::string stale = ChooseTrials(op_name, key, trials, by_name, own, own_shape,
                                          IsGpuMachineId(e.key().machine_id()), &item, scratch);
   if (item.kernel != nullptr) {
     item.problem.clear();
@@ -175,7 +181,7 @@ void Lut::Impl::AddEntry(int index, const tuning::Entry& e, OpEntry* op_entry, c
                                       item.trial->variant_version(), " instead"));
     }
   } else {
-    if (trials.empty()) item.problem = absl::StrCat(item.key_text, ": no OK trial");
+    if (trials.empty()) item.problem = absl::StrCat(KeyText(key, item), ": no OK trial");
     if (!stale.empty()) warnings.push_back(absl::StrCat(stale, "; entry skipped"));
   }
   scratch->entry_item[index] = static_cast<uint32_t>(items.size());
@@ -183,7 +189,8 @@ void Lut::Impl::AddEntry(int index, const tuning::Entry& e, OpEntry* op_entry, c
   items.push_back(std::move(item));
 }
 
-std::string Lut::Impl::ChooseTrials(const std::string& op_name, const std::vector<const tuning::Trial*>& trials,
+std::string Lut::Impl::ChooseTrials(const std::string& op_name, const Key& key,
+                                    const std::vector<const tuning::Trial*>& trials,
                                     const KernelsByName& by_name, const ShapeArgs& own,
                                     const absl::Status& own_shape, bool on_gpu, Item* item, BuildScratch* scratch) {
   std::string stale;
@@ -212,34 +219,36 @@ std::string Lut::Impl::ChooseTrials(const std::string& op_name, const std::vecto
     std::string problem;
     auto it = by_name.find(name);
     if (it == by_name.end()) {
-      problem = absl::StrCat(item->key_text, ": ", name, " is not registered");
+      problem = absl::StrCat(KeyText(key, *item), ": ", name, " is not registered");
     } else if (it->second->version() != t.variant_version()) {
-      problem = absl::StrCat("stale entry ", item->key_text, ": ", name, " v", t.variant_version(),
+      problem = absl::StrCat("stale entry ", KeyText(key, *item), ": ", name, " v", t.variant_version(),
                              " was tuned, v", it->second->version(), " is loaded");
       if (i == 0) stale = problem;
     } else if (on_gpu != (it->second->device() == KREG_DEVICE_CUDA)) {
       // A GPU's entry answers with its CUDA kernels, a CPU's with the others.
-      problem = absl::StrCat(item->key_text, ": ", name, on_gpu ? " does not run on a GPU" : " runs on a GPU");
+      problem = absl::StrCat(KeyText(key, *item), ": ", name, on_gpu ? " does not run on a GPU" : " runs on a GPU");
     } else if (!on_gpu && !it->second->available()) {
-      problem = absl::StrCat(item->key_text, ": ", name, " needs ",
+      problem = absl::StrCat(KeyText(key, *item), ": ", name, " needs ",
                              IsaString(it->second->required_isa() & ~CpuIsa()), ", which this CPU lacks");
     } else if (!own_shape.ok()) {
-      problem = absl::StrCat(item->key_text, ": ", own_shape.message());
+      problem = absl::StrCat(KeyText(key, *item), ": ", own_shape.message());
     } else {
       absl::StatusOr<Config> config = FromProtoConfig(*it->second, t.config());
       absl::Status legal = config.ok() ? Legal(*it->second, *config, own) : config.status();
-      scratch->checked.try_emplace(&t, legal.ok() ? std::optional<Config>(*config) : std::nullopt);
+      auto checked = scratch->checked.try_emplace(
+          &t, lut_internal::BuildScratch::Checked{legal.ok() ? std::optional<Config>(*config) : std::nullopt}).first;
       if (legal.ok() && item->kernel == nullptr) {
         winner = &t;
         item->kernel = it->second.get();
         item->config = *config;
         item->trial = copy(&t);
         item->threads = t.threads();
+        checked->second.copy = item->trial;
       }
       if (legal.ok() && !counts.empty()) {
         item->on_threads.push_back({t.threads(), it->second.get(), *std::move(config), copy(&t)});
       } else if (!legal.ok()) {
-        problem = absl::StrCat(item->key_text, ": ", name, " ", ConfigText(t.config()), ": ", legal.message());
+        problem = absl::StrCat(KeyText(key, *item), ": ", name, " ", ConfigText(t.config()), ": ", legal.message());
       }
     }
     if (item->problem.empty()) item->problem = std::move(problem);
@@ -290,8 +299,23 @@ void Lut::Impl::IndexExact() {
 void Lut::Impl::IndexGroups() {
   const uint32_t num_items = static_cast<uint32_t>(items.size());
   absl::flat_hash_map<std::string, uint32_t> group_of;
+  // Items of one group usually come together: an item with the previous
+  // one's key fields and dim names (in the same order) joins its group
+  // without building the group's id.
+  uint32_t previous = kNone, previous_group = 0;
+  auto same_group = [&](const Key& a, const Key& b) {
+    return a.op == b.op && a.dtype == b.dtype && a.machine == b.machine && a.data_class == b.data_class &&
+           a.dims_count == b.dims_count &&
+           std::equal(dim_names.begin() + a.dims_begin, dim_names.begin() + a.dims_begin + a.dims_count,
+                      dim_names.begin() + b.dims_begin);
+  };
   for (uint32_t i = 0; i < num_items; ++i) {
     const Key& key = keys[i];
+    if (previous != kNone && same_group(keys[previous], key)) {
+      groups[previous_group].items.push_back(i);
+      previous = i;
+      continue;
+    }
     std::vector<uint32_t> names(dim_names.begin() + key.dims_begin,
                                 dim_names.begin() + key.dims_begin + key.dims_count);
     std::vector<uint32_t> sorted = names;
@@ -309,6 +333,8 @@ void Lut::Impl::IndexGroups() {
           .push_back(it->second);
     }
     groups[it->second].items.push_back(i);
+    previous = i;
+    previous_group = it->second;
   }
   for (Group& g : groups) {
     const size_t d = g.names.size();

@@ -7,9 +7,12 @@
 // flat_hash_map of entry indices, then compare fields: no allocation.
 // Entry keys live in compact arrays with their strings interned, so a probe
 // touches a few cache lines. Nearest lookups go to the entry's group (op,
-// dtype signature, machine, data class, dim names): a k-d tree over log2 dims (median
-// splits on the widest axis, leaves of up to 32) searched depth first, nearer child
-// first, skipping any box farther (L1) than the eighth-best entry found.
+// dtype signature, machine, data class, dim names): a k-d tree over log2 dims (split
+// on the axis of the entries' largest variance, at the boundary between unequal
+// values nearest the median, so a grid's planes stay whole; leaves of up to 32)
+// searched depth first, nearer child first, skipping any box farther (L1) than the
+// eighth-best entry found. Boxes bound their entries exactly, so any split
+// finds the same entries: the split only decides how many are looked at.
 // Ops are the registry's: keys are checked and shape-only arguments built by
 // the Op, legality asked of the kernel's Check.
 //
@@ -38,6 +41,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/arena.h"
 #include "kreg/lut.h"
@@ -245,8 +249,14 @@ struct BuildScratch {
   // made (meaningful where it has an item).
   std::vector<bool> own_shape_ok;
   // Trials whose configuration was converted and checked against their
-  // entry's own shape: the Config where it converts and is legal there.
-  absl::flat_hash_map<const tuning::Trial*, std::optional<Config>> checked;
+  // entry's own shape: the Config where it converts and is legal there,
+  // and the copy on the Lut's arena of an entry's winner (measured
+  // defaults answering with the same trial share it).
+  struct Checked {
+    std::optional<Config> config;
+    const tuning::Trial* copy = nullptr;
+  };
+  absl::flat_hash_map<const tuning::Trial*, Checked> checked;
   // Strings interned so far (see Lut::Impl::Intern).
   absl::flat_hash_map<std::string, uint32_t> interned;
 };
@@ -280,7 +290,7 @@ struct Lut::Impl {
     bool incomplete = false;  // its sweep was cut short
     Config config;
     Dims dims;  // canonical
-    std::string key_text;
+    std::string key_text;  // KeyString of its key; empty where KeyText can make it
     std::string problem;
     // When the entry holds measurements on chosen thread counts: the
     // fastest usable one on each thread count (0: all cores), fastest first.
@@ -414,6 +424,17 @@ struct Lut::Impl {
                                          const Dims& dims, const Op* op, const DimsDigest& digest,
                                          const ShapeArgs& shape, uint32_t skip, LutAnswer* answer) const;
 
+  // The text of item `item`'s key `key`: KeyString of its entry's key; a
+  // measured default's "OP DTYPE DIMS [DATA CLASS] (measured default)".
+  std::string KeyText(const Key& key, const Item& item) const {
+    if (!item.key_text.empty()) return item.key_text;
+    const std::string& data_class = strings[key.data_class];
+    const std::string& machine = strings[key.machine];
+    return absl::StrCat(strings[key.op], " ", strings[key.dtype], " ", DimsString(item.dims),
+                        data_class.empty() ? "" : absl::StrCat(" [", data_class, "]"),
+                        machine == kMeasuredDefaultsId ? " (measured default)" : absl::StrCat(" @", machine));
+  }
+
   // The op called `name`, looked up without a call; nullptr if unknown.
   const OpEntry* FindOp(absl::string_view name) const {
     for (const OpEntry& e : ops) {
@@ -509,7 +530,8 @@ struct Lut::Impl {
   // copies on `arena`). The first problem met is item->problem; each
   // configuration checked is recorded in scratch->checked. Returns why the
   // fastest trial is stale, or "".
-  std::string ChooseTrials(const std::string& op_name, const std::vector<const tuning::Trial*>& trials,
+  std::string ChooseTrials(const std::string& op_name, const Key& key,
+                           const std::vector<const tuning::Trial*>& trials,
                            const KernelsByName& by_name, const ShapeArgs& own, const absl::Status& own_shape,
                            bool on_gpu, Item* item, lut_internal::BuildScratch* scratch);
   // The item's rankings for Consensus (trial_ranks, slowdowns, trial_hash),

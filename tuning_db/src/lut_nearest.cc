@@ -91,18 +91,46 @@ int32_t Lut::Impl::BuildTree(Group* g, std::vector<float>& coords, size_t d, uin
       hi[j] = std::max(hi[j], coords[p * d + j]);
     }
   }
+  // Split on the axis along which the entries spread most (variance), at
+  // the boundary of equal values nearest the median: a grid's planes are
+  // kept whole, so a leaf spans few of them.
   size_t axis = 0;
-  for (size_t j = 1; j < d; ++j) {
-    if (hi[j] - lo[j] > hi[axis] - lo[axis]) axis = j;
+  double spread = -1;
+  const double count = static_cast<double>(end - begin);
+  for (size_t j = 0; j < d; ++j) {
+    double sum = 0, squares = 0;
+    for (uint32_t p = begin; p < end; ++p) {
+      const double v = coords[p * d + j];
+      sum += v;
+      squares += v * v;
+    }
+    const double var = squares - sum * sum / count;
+    if (hi[j] > lo[j] && var > spread) {
+      spread = var;
+      axis = j;
+    }
   }
-  if (end - begin <= kLeafSize || d == 0 || hi[axis] <= lo[axis] || depth >= 60) return index;
-  // Split at the median along the widest axis.
+  if (end - begin <= kLeafSize || d == 0 || spread < 0 || depth >= 60) return index;
   std::vector<uint32_t> order(end - begin);
   for (uint32_t p = begin; p < end; ++p) order[p - begin] = p;
-  const uint32_t mid = begin + (end - begin) / 2;
-  std::nth_element(
-      order.begin(), order.begin() + (mid - begin), order.end(),
-      [&](uint32_t a, uint32_t b) { return coords[a * d + axis] < coords[b * d + axis]; });
+  auto at = [&](uint32_t p) { return coords[p * d + axis]; };
+  // The median, then the run of entries equal to it: the boundary nearer
+  // the middle at either end of the run (the upper one on a tie) is the cut.
+  const size_t n = order.size(), half = n / 2;
+  std::nth_element(order.begin(), order.begin() + half, order.end(),
+                   [&](uint32_t a, uint32_t b) { return at(a) < at(b); });
+  const float median = at(order[half]);
+  const size_t run_begin = static_cast<size_t>(
+      std::partition(order.begin(), order.begin() + half, [&](uint32_t p) { return at(p) < median; }) -
+      order.begin());
+  const size_t run_end = static_cast<size_t>(
+      std::partition(order.begin() + half, order.end(), [&](uint32_t p) { return at(p) == median; }) -
+      order.begin());
+  // Some entry differs from the median (the axis has spread), so one of
+  // the two is a boundary inside the range.
+  size_t cut = run_end;
+  if (run_end >= n || (run_begin >= 1 && half - run_begin < run_end - half)) cut = run_begin;
+  const uint32_t mid = begin + static_cast<uint32_t>(cut);
   std::vector<float> c(order.size() * d);
   std::vector<uint32_t> items(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
@@ -157,7 +185,7 @@ void Lut::Impl::SearchTree(const Group& group, size_t d, const float* q, Best* b
     int32_t node;
     float bound;
   };
-  Frame stack[2 * 64 + 2];  // two per level; a median split is at most 64 deep
+  Frame stack[2 * 64 + 2];  // two per level; BuildTree stops at depth 60
   int top = 0;
   stack[top++] = {0, box_distance(0)};
   float dist[kLeafSize];
@@ -329,7 +357,7 @@ std::pair<uint32_t, float> Lut::Impl::FindNearest(absl::string_view op_name, abs
         continue;
       }
       if (absl::Status s = Legal(*item.kernel, item.config, shape); !s.ok()) {
-        answer->warnings.push_back(absl::StrCat(item.key_text, ": ", item.kernel->name(), " ",
+        answer->warnings.push_back(absl::StrCat(KeyText(keys[i], item), ": ", item.kernel->name(), " ",
                                                 item.kernel->ConfigString(item.config),
                                                 " is not legal here: ", s.message()));
         continue;

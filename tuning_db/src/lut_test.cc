@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <new>
 #include <random>
 #include <tuple>
@@ -487,6 +488,54 @@ TEST_F(Query, ANearestAnswerWeighsTheNeighboursMeasurements) {
   a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 20}}, kMachine);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->kernel->ConfigString(*a->config), "method=partial_sort");
+}
+
+TEST_F(Query, NearestIsTheBruteForceNearestOnRandomTables) {
+  // Entries on grid planes (batch in powers of two), on a coarse grid of
+  // repeated values and anywhere, all with one winner, so the nearest
+  // entry answers: its distance and shape are the brute-force scan's, ties
+  // to the earlier entry, whatever way the k-d tree splits them.
+  auto log2 = [](int64_t v) { return std::log2(static_cast<float>(v) + 1.0f); };
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    std::mt19937 rng(seed);
+    TuningDb db;
+    std::vector<Dims> tuned;
+    for (int i = 0; i < 3000; ++i) {
+      int64_t batch = 1 + static_cast<int64_t>(rng() % 600), n = 1000 + static_cast<int64_t>(rng() % 1500000),
+              k = 1 + static_cast<int64_t>(rng() % 75);
+      if (i % 3 == 0) batch = int64_t{1} << (rng() % 10);
+      if (i % 3 == 1) n = 1000 * (1 + static_cast<int64_t>(rng() % 4)), k = 1 + static_cast<int64_t>(rng() % 3);
+      const Dims dims = {{"batch", batch}, {"n", n}, {"k", k}};
+      if (db.FindEntry(Key(batch, n, k)) != nullptr) continue;
+      db.AddTrial(Key(batch, n, k), Sort("nth_element", 1));
+      tuned.push_back(dims);
+    }
+    absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
+    ASSERT_TRUE(lut.ok());
+    for (int i = 0; i < 300; ++i) {
+      Dims q = {{"batch", 1 + static_cast<int64_t>(rng() % 700)},
+                {"n", 1000 + static_cast<int64_t>(rng() % 1600000)},
+                {"k", 1 + static_cast<int64_t>(rng() % 80)}};
+      if (i % 4 == 0) q[0].second = int64_t{1} << (rng() % 11);
+      if (i % 5 == 0) q[1].second = 1000 * (1 + static_cast<int64_t>(rng() % 5));
+      absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", q, kMachine);
+      ASSERT_TRUE(a.ok()) << DimsString(q);
+      float best = std::numeric_limits<float>::infinity();
+      size_t at = 0;
+      for (size_t t = 0; t < tuned.size(); ++t) {
+        float d = 0;
+        for (int j = 0; j < 3; ++j) d += std::fabs(log2(tuned[t][j].second) - log2(q[j].second));
+        if (d < best) best = d, at = t;
+      }
+      if (best == 0) {
+        EXPECT_EQ(a->match, Match::kExact) << DimsString(q);
+        continue;
+      }
+      ASSERT_EQ(a->match, Match::kNearest) << DimsString(q);
+      EXPECT_EQ(a->distance, static_cast<double>(best)) << DimsString(q);
+      EXPECT_EQ(*a->tuned_dims, tuned[at]) << DimsString(q);
+    }
+  }
 }
 
 TEST_F(Query, TenThousandEntriesFromALoadedFile) {

@@ -134,6 +134,12 @@ TuningDb::TuningDb()
   db_->set_entry_count(0);
 }
 
+TuningDb::TuningDb(std::unique_ptr<google::protobuf::Arena> arena)
+    : arena_(std::move(arena)), db_(google::protobuf::Arena::CreateMessage<tuning::Database>(arena_.get())) {
+  db_->set_schema_version(kSchemaVersion);
+  db_->set_entry_count(0);
+}
+
 TuningDb::TuningDb(const TuningDb& other) : TuningDb() { *this = other; }
 
 TuningDb& TuningDb::operator=(const TuningDb& other) {
@@ -184,17 +190,18 @@ absl::StatusOr<TuningDb> TuningDb::Parse(absl::string_view bytes, absl::string_v
   if (bytes.empty()) return loss("the file is empty");
   FileFormat first = FormatForPath(name);
   FileFormat second = first == FileFormat::kText ? FileFormat::kBinary : FileFormat::kText;
-  // The parsed messages live on an arena: what Adopt keeps it copies, and
+  // The parsed messages live on an arena that the TuningDb keeps: what
+  // Adopt keeps it moves there rather than copies, and
   // freeing the arena costs little next to freeing ten thousand entries'
   // messages one by one.
-  google::protobuf::Arena arena;
-  tuning::Database* parsed = google::protobuf::Arena::CreateMessage<tuning::Database>(&arena);
+  auto arena = std::make_unique<google::protobuf::Arena>();
+  tuning::Database* parsed = google::protobuf::Arena::CreateMessage<tuning::Database>(arena.get());
   tuning::Database& db = *parsed;
   std::string why = ParseAs(first, bytes, &db);
   // A file that parses but carries no schema_version is foreign: try the
   // other format before giving up.
   if (!why.empty() || db.schema_version() == 0) {
-    tuning::Database& other = *google::protobuf::Arena::CreateMessage<tuning::Database>(&arena);
+    tuning::Database& other = *google::protobuf::Arena::CreateMessage<tuning::Database>(arena.get());
     std::string other_why = ParseAs(second, bytes, &other);
     if (other_why.empty() && other.schema_version() != 0) {
       db.Swap(&other);
@@ -216,7 +223,7 @@ absl::StatusOr<TuningDb> TuningDb::Parse(absl::string_view bytes, absl::string_v
   // Binary strings are valid UTF-8 already (protobuf checks); text ones need
   // not be, and would make the table unreadable once saved as binary.
   if (first == FileFormat::kText) Sanitize(&db);
-  absl::StatusOr<TuningDb> out = Adopt(&db);
+  absl::StatusOr<TuningDb> out = Adopt(&db, std::move(arena));
   if (!out.ok()) return absl::Status(out.status().code(), absl::StrCat(name, ": ", out.status().message()));
   if (unchecked) {
     out->unchecked_ = absl::StrCat(name, ": written by an older kreg (schema 1) without a checksum, so damage to "
@@ -325,12 +332,48 @@ bool HasUnknownFields(const tuning::Database& db) {
 
 }  // namespace
 
+namespace {
+
+// Whether two trials have the same TrialIdOf for certain, without making
+// it: the same variant, version and thread count, and the same parameters in
+// the same order. (False does not say that the ids differ.)
+bool SameTrialId(const Trial& a, const Trial& b) {
+  if (a.variant_version() != b.variant_version() || std::max(a.threads(), 0) != std::max(b.threads(), 0) ||
+      a.variant() != b.variant() || a.config().params_size() != b.config().params_size()) {
+    return false;
+  }
+  for (int i = 0; i < a.config().params_size(); ++i) {
+    const tuning::ParamValue& p = a.config().params(i);
+    const tuning::ParamValue& q = b.config().params(i);
+    if (p.name() != q.name() || p.value_case() != q.value_case()) return false;
+    switch (p.value_case()) {
+      case tuning::ParamValue::kIntValue:
+        if (p.int_value() != q.int_value()) return false;
+        break;
+      case tuning::ParamValue::kListValue:
+        if (!std::equal(p.list_value().values().begin(), p.list_value().values().end(),
+                        q.list_value().values().begin(), q.list_value().values().end())) {
+          return false;
+        }
+        break;
+      case tuning::ParamValue::kChoice:
+        if (p.choice() != q.choice()) return false;
+        break;
+      case tuning::ParamValue::VALUE_NOT_SET:
+        break;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::StatusOr<TuningDb> TuningDb::FromProto(tuning::Database database) {
   Sanitize(&database);
   return Adopt(&database);
 }
 
-absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database* parsed) {
+absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database* parsed, std::unique_ptr<google::protobuf::Arena> arena) {
   tuning::Database& database = *parsed;
   // Fields this kreg does not know (a newer kreg's: it bumps schema_version
   // for any it needs kept) are dropped, so what it prints parses again.
@@ -349,25 +392,39 @@ absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database* parsed) {
     }
   }
   if (absl::Status s = CheckNumbers(database); !s.ok()) return s;
-  TuningDb out;
+  // On the parse's arena, keys and trials move into the table instead of
+  // being copied (the emptied messages stay on the arena until it goes).
+  TuningDb out = arena != nullptr ? TuningDb(std::move(arena)) : TuningDb();
   for (tuning::Machine& m : *database.mutable_machines()) out.AddMachine(std::move(m));
   for (const tuning::CommModel& m : database.comm_models()) out.SetCommModel(m);
+  std::vector<int> listed;  // where e's trials went in its entry
   for (tuning::Entry& e : *database.mutable_entries()) {
-    const int index = out.FindOrAddEntry(e.key(), KeyStrings::kValidUtf8);  // parsed or sanitized
+    // Keys parsed or sanitized: valid UTF-8.
+    const int index = out.FindOrAddEntry(e.key(), KeyStrings::kValidUtf8, e.mutable_key());
     tuning::Entry* entry = out.db_->mutable_entries(index);
     // A slim file's only trials are its winners. Where the winners are
     // among the trials too, the trials are the truth: the winner fields
-    // are copies (an edited trial beats a stale copy of itself).
-    absl::flat_hash_set<std::string> listed;
-    for (const Trial& t : e.trials()) {
-      out.PutTrial(index, t, /*keep_newer=*/true);
-      listed.insert(TrialIdOf(t));
+    // are copies (an edited trial beats a stale copy of itself). Winners
+    // are set by the RecomputeWinners below.
+    listed.clear();
+    for (Trial& t : *e.mutable_trials()) {
+      listed.push_back(out.PutTrialWithId(index, t, TrialIdOf(t), /*keep_newer=*/true, Ties::kIncoming, &t,
+                                          /*sync=*/false));
     }
     for (const Trial& t : e.partial()) out.PutPartial(index, t);
-    if (e.has_best() && !listed.contains(TrialIdOf(e.best()))) out.PutTrial(index, e.best(), /*keep_newer=*/true);
-    if (e.has_runner_up() && !listed.contains(TrialIdOf(e.runner_up()))) {
-      out.PutTrial(index, e.runner_up(), /*keep_newer=*/true);
-    }
+    const EntryIndex& ids = out.index_[index];
+    auto put_unlisted = [&](Trial* winner) {
+      const tuning::Entry& mine = out.db_->entries(index);
+      for (int at : listed) {
+        if (SameTrialId(mine.trials(at), *winner)) return;  // without making the id
+      }
+      std::string id = TrialIdOf(*winner);
+      if (std::any_of(listed.begin(), listed.end(), [&](int at) { return ids.ids[at] == id; })) return;
+      out.PutTrialWithId(index, *winner, std::move(id), /*keep_newer=*/true, Ties::kIncoming, winner,
+                         /*sync=*/false);
+    };
+    if (e.has_best()) put_unlisted(e.mutable_best());
+    if (e.has_runner_up()) put_unlisted(e.mutable_runner_up());
     if (e.tuned_at() >= entry->tuned_at()) {
       entry->set_tool_version(e.tool_version());
       entry->set_strategy(e.strategy());

@@ -48,11 +48,15 @@ void TuningDb::AddMachine(tuning::Machine machine) {
   *db_->add_machines() = std::move(machine);
 }
 
-int TuningDb::FindOrAddEntry(const tuning::ProblemKey& key, KeyStrings strings) {
+int TuningDb::FindOrAddEntry(const tuning::ProblemKey& key, KeyStrings strings, tuning::ProblemKey* take) {
   auto [it, added] = entries_.try_emplace(KeyId(key), db_->entries_size());
   if (added) {
     tuning::ProblemKey* stored = db_->add_entries()->mutable_key();
-    *stored = key;
+    if (take != nullptr && take->GetArena() == stored->GetArena()) {
+      stored->Swap(take);
+    } else {
+      *stored = key;
+    }
     if (strings == KeyStrings::kUnchecked) Sanitize(stored);
     index_.emplace_back();
     db_->set_entry_count(static_cast<uint64_t>(db_->entries_size()));
@@ -99,33 +103,46 @@ void TuningDb::PutPartial(int entry, const Trial& trial) {
 }
 
 void TuningDb::PutTrial(int entry, const Trial& trial, bool keep_newer, Ties ties) {
+  PutTrialWithId(entry, trial, TrialIdOf(trial), keep_newer, ties, nullptr, /*sync=*/true);
+}
+
+int TuningDb::PutTrialWithId(int entry, const Trial& trial, std::string id, bool keep_newer, Ties ties,
+                             Trial* take, bool sync) {
   tuning::Entry& e = *db_->mutable_entries(entry);
   EntryIndex& index = index_[entry];
-  std::string id = TrialIdOf(trial);
   auto [it, added] = index.trials.try_emplace(id, e.trials_size());
   const int i = it->second;
+  // The trial, copied or moved (`take` is `trial`).
+  auto store = [&](Trial* to) {
+    if (take != nullptr && take->GetArena() == to->GetArena()) {
+      to->Swap(take);
+    } else {
+      *to = trial;
+    }
+  };
   if (added) {
-    *e.add_trials() = trial;
+    store(e.add_trials());
     index.ids.push_back(std::move(id));
   } else {
-    if (keep_newer && e.trials(i).measured_at() > trial.measured_at()) return;
+    if (keep_newer && e.trials(i).measured_at() > trial.measured_at()) return i;
     // Two measurements of one candidate at the same second, canonically:
     // the same one whichever came first.
     if (keep_newer && ties == Ties::kCanonical && e.trials(i).measured_at() == trial.measured_at() &&
         trial.SerializeAsString() >= e.trials(i).SerializeAsString()) {
-      return;
+      return i;
     }
-    *e.mutable_trials(i) = trial;
+    store(e.mutable_trials(i));
     if (i == index.best || i == index.runner_up) {
       RecomputeWinners(entry);  // the replaced trial held a place
-      return;
+      return i;
     }
   }
   // Only the new trial can move: slot it in if it beats a winner.
-  if (!Eligible(trial)) return;
+  const Trial& stored = e.trials(i);  // `trial` may have been moved from
+  if (!Eligible(stored)) return i;
   const std::string& tid = index.ids[i];
   auto beats = [&](int other) {
-    return other < 0 || Faster(trial, tid, e.trials(other), index.ids[other]);
+    return other < 0 || Faster(stored, tid, e.trials(other), index.ids[other]);
   };
   if (beats(index.best)) {
     index.runner_up = index.best;
@@ -133,9 +150,10 @@ void TuningDb::PutTrial(int entry, const Trial& trial, bool keep_newer, Ties tie
   } else if (beats(index.runner_up)) {
     index.runner_up = i;
   } else {
-    return;
+    return i;
   }
-  SyncWinners(entry);
+  if (sync) SyncWinners(entry);
+  return i;
 }
 
 void TuningDb::RecomputeWinners(int entry) {

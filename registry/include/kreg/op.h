@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -141,9 +142,11 @@ class ShapeArgs {
 
  private:
   friend class Op;
-  std::vector<std::vector<int64_t>> shapes_;
-  std::vector<DLTensor> tensors_;
-  std::vector<DLTensor*> pointers_;
+  // Inline for ops of up to 8 tensors of rank 4: a Lut query makes one per
+  // nearest lookup, without allocating them.
+  absl::InlinedVector<absl::InlinedVector<int64_t, 4>, 8> shapes_;
+  absl::InlinedVector<DLTensor, 8> tensors_;
+  absl::InlinedVector<DLTensor*, 8> pointers_;
   Values values_;
   kreg_args args_{};
 };

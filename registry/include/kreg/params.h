@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -84,8 +85,8 @@ class Config {
     const kreg_config* get() const { return &config_; }
 
    private:
-    std::vector<kreg_param_value> values_;
-    std::vector<const kreg_param_value*> pointers_;
+    absl::InlinedVector<kreg_param_value, 8> values_;  // inline: checks make one per call
+    absl::InlinedVector<const kreg_param_value*, 8> pointers_;
     kreg_config config_;
   };
 

@@ -296,16 +296,30 @@ class TuningDb {
   // FromProto without making strings valid UTF-8 (for parsed files, whose
   // strings protobuf has checked): copies what it keeps of `*database`,
   // which it leaves changed.
-  static absl::StatusOr<TuningDb> Adopt(tuning::Database* database);
+  // `arena`: the one `*database` lives on, if the TuningDb may keep it
+  // (then what it keeps is moved, not copied); nullptr: copied to a new one.
+  static absl::StatusOr<TuningDb> Adopt(tuning::Database* database,
+                                        std::unique_ptr<google::protobuf::Arena> arena = nullptr);
+  // An empty database of the current schema on `arena`.
+  explicit TuningDb(std::unique_ptr<google::protobuf::Arena> arena);
   // Whether a key's strings are known to be valid UTF-8 already (a parsed
   // or sanitized table's), or are made so when stored.
   enum class KeyStrings { kUnchecked, kValidUtf8 };
   // Index of the entry for `key` (dims in any order), added if missing; or -1.
-  int FindOrAddEntry(const tuning::ProblemKey& key, KeyStrings strings = KeyStrings::kUnchecked);
+  // `take`: `key` itself, which may be moved from (when on this database's
+  // arena) instead of copied.
+  int FindOrAddEntry(const tuning::ProblemKey& key, KeyStrings strings = KeyStrings::kUnchecked,
+                     tuning::ProblemKey* take = nullptr);
   int FindEntryIndex(const tuning::ProblemKey& key) const;
   // Upserts; `keep_newer` keeps an existing trial that was measured later
   // (at the same second: as `ties` says).
   void PutTrial(int entry, const tuning::Trial& trial, bool keep_newer, Ties ties = Ties::kIncoming);
+  // The same with the trial's id (TrialIdOf) made already; `take`: the trial
+  // itself, moved from when on this database's arena; `sync`: whether to
+  // update the entry's best and runner_up fields now (else a
+  // RecomputeWinners must follow). Returns the trial's index in the entry.
+  int PutTrialWithId(int entry, const tuning::Trial& trial, std::string id, bool keep_newer, Ties ties,
+                     tuning::Trial* take, bool sync);
   // Adds or replaces the entry's partial measurement of the same id: the
   // one of more repetitions; on a tie the newer; at the same second, an OK
   // one over a failure (the mark of one in flight under MPI).
@@ -316,7 +330,9 @@ class TuningDb {
 
   // The database lives on its own arena: a table of ten thousand entries
   // is a hundred thousand small messages, cheaper to allocate and to free
-  // there. Never null.
+  // there. A loaded table's is the one its file was parsed onto (what it
+  // keeps was moved from the parsed messages, whose emptied shells stay
+  // there until it goes). Never null.
   std::unique_ptr<google::protobuf::Arena> arena_;
   tuning::Database* db_;
   std::string unchecked_;
