@@ -157,16 +157,6 @@ std::unique_ptr<Lut> Build(const std::string& name, const TuningDb& db, MachineP
 
 constexpr char kMachine[] = "00000000deadbeef";
 
-tuning::Config Ints(std::vector<std::pair<std::string, int64_t>> values) {
-  tuning::Config c;
-  for (const auto& [name, value] : values) {
-    tuning::ParamValue* p = c.add_params();
-    p->set_name(name);
-    p->set_int_value(value);
-  }
-  return c;
-}
-
 tuning::Trial MakeTrial(int variant, int config, double median, int threads, uint32_t version) {
   tuning::Trial t;
   t.set_variant_version(version);
@@ -180,8 +170,12 @@ tuning::Trial MakeTrial(int variant, int config, double median, int threads, uin
     }
     case 1: {
       static const int64_t kConfigs[][3] = {{11, 8, 4096}, {12, 4, 1024}, {11, 4, 16384}, {12, 8, 16384}};
-      const int64_t* c = kConfigs[config % 4];
-      *t.mutable_config() = Ints({{"first_bits", c[0]}, {"round_bits", c[1]}, {"capacity", c[2]}});
+      static const char* const kNames[] = {"first_bits", "round_bits", "capacity"};
+      for (int i = 0; i < 3; ++i) {
+        tuning::ParamValue* p = t.mutable_config()->add_params();
+        p->set_name(kNames[i]);
+        p->set_int_value(kConfigs[config % 4][i]);
+      }
       t.set_variant("radix");
       break;
     }
