@@ -131,6 +131,7 @@ __attribute__((target("avx2"))) int64_t ForEachAtLeast(const uint32_t* scores, i
 #if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"  // as at Collect512
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 // Exclusive prefix sums of c[0, n) in place; AVX-512 sixteen at a time
 // where `avx512`: a scan over 4096 counts is as long as a pass over the
