@@ -77,7 +77,7 @@ def main():
         kreg.run("topk/cuda_radix", input=x, k=k, out={"values": torch.empty(64, k)})
         check("mixed host and CUDA arrays refused", False, "it ran")
     except ValueError as e:
-        check("mixed host and CUDA arrays refused", "all on the host or all on one CUDA device" in str(e), str(e))
+        check("mixed host and CUDA arrays refused", "must all be on the host or all on one CUDA device" in str(e), str(e))
     torch.cuda.synchronize()
     check_jax()
     return 1 if failed else 0

@@ -16,6 +16,10 @@
 #   gpu-peers          100 s bench/gpu_peers.py: the issue's workloads, kreg
 #                            (tuned, 6 s each) against torch.topk and
 #                            torch._grouped_mm, cold L2, CUDA events
+#   profile             40 s per-kernel GPU times (ncu, else nsys) of the
+#                            workloads gpu-peers measures, at the configurations
+#                            its table chose: where a goal is missed, which
+#                            kernel the time goes to
 #   xeon-conformance    70 s the gmm/tgmm conformance suite on this CPU: each
 #                            micro-kernel it has the ISA for (avx512,
 #                            avx512bf16, amx), then gmm/onednn
@@ -33,7 +37,7 @@
 #                            python/ for the build's own Python)
 #   sweeps              40 s kreg tune --device cuda into one table beside a
 #                            CPU entry, and what the table answers
-# The limits add up to 570 s; the run also stops starting steps once
+# The limits add up to 610 s; the run also stops starting steps once
 # GPU_CHECK_BUDGET seconds (default 570) have gone, so that the call fits
 # in the device tool's 10 minutes. A step that fails or runs out of time is
 # recorded and the next one runs; steps that need a GPU skip at once
@@ -172,6 +176,33 @@ step_gpu_peers() {
   exit "${PIPESTATUS[0]}"
 }
 
+step_profile() {
+  needs_gpu
+  local tool
+  tool=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+  [ -n "$tool" ] || tool=$(command -v nsys || ls /usr/local/cuda*/bin/nsys 2>/dev/null | head -1)
+  [ -n "$tool" ] || { echo "neither ncu nor nsys found: skipped"; exit 77; }
+  prof() {  # one run, every kernel's time on the GPU
+    echo "-- $(basename "$tool"): kreg run $*"
+    if [ "$(basename "$tool")" = ncu ]; then
+      "$tool" --metrics gpu__time_duration.sum --print-summary per-kernel "$kreg" run "$@" --device cuda \
+        --warmup 0 --reps 1 2>&1 | grep -E 'gpu__time_duration|^ +[A-Za-z_].*\(|median' | cut -c1-160 | head -60
+    else
+      "$tool" profile --stats=true -o "$out/profile-$RANDOM" "$kreg" run "$@" --device cuda --warmup 0 --reps 1 2>&1 |
+        sed -n '/cuda_gpu_kern_sum/,/^$/p' | head -30
+    fi
+  }
+  prof topk/cuda_radix --dims batch=64,n=32768,k=2048 --param bits=8 --param block=1024 --param capacity=0 \
+    --param blocks_per_row=1 --param rows_per_block=1
+  prof topk/cuda_radix --dims batch=128,n=201088,k=64 --param bits=4 --param block=1024 --param capacity=2048 \
+    --param blocks_per_row=4 --param rows_per_block=1
+  prof gmm/cuda_cublas --dims m=4096,k=2048,n=1024,groups=64 --dtype bf16 --partition skewed
+  prof gmm/cuda_cublas --dims m=4096,k=2048,n=1024,groups=64 --dtype bf16 --partition skewed --param mode=per_group
+  prof gmm/cuda_grouped --dims m=4096,k=2048,n=1024,groups=64 --dtype bf16 --partition skewed
+  rm -f "$out"/profile-*
+  exit 0
+}
+
 step_xeon_conformance() {
   local plugins=$prefix/lib/kreg/plugins failed=0
   "$kreg" machine | grep -E '^(class|isa|cores)'
@@ -247,10 +278,10 @@ print(f"torch {torch.__version__}; {kreg.torch.__file__}")' 2>&1 || exit 77
   PYTHONPATH=$python_pkg "$PYTHON" -u scripts/gpu_arrays.py
 }
 export -f step_gpu step_cuda_conformance step_sanitizer step_gpu_peers step_xeon_conformance \
-  step_xeon_gmm_bench step_xeon_torch step_cuda_arrays step_sweeps
+  step_xeon_gmm_bench step_xeon_torch step_cuda_arrays step_sweeps step_profile
 
 # ---- Running them ----------------------------------------------------------------
-steps=(gpu:30 cuda-conformance:120 sanitizer:70 gpu-peers:100 xeon-conformance:70 xeon-gmm-bench:55
+steps=(gpu:30 cuda-conformance:120 sanitizer:70 gpu-peers:100 profile:40 xeon-conformance:70 xeon-gmm-bench:55
        xeon-torch:40 cuda-arrays:45 sweeps:40)
 budget=${GPU_CHECK_BUDGET:-570}
 names=() statuses=() seconds=()

@@ -250,7 +250,10 @@ TEST_P(GroupedMatmulTest, OutputsLargerThanTheCache) {
 // knows from its inputs that no output can be non-finite (tgmm/onednn skips
 // its output scan so) must see that here it can, and come out as the
 // reference's double sums rounded once (infinities where they overflow).
-// f32 in and out, f32 and bf16 exactly representable values.
+// Every product is 0 or +-2.25e38, so every float partial sum is exact
+// until it overflows, in any order (a GPU's or cuBLAS's as well as the
+// reference's): a finite result cannot depend on the order. f32 in and
+// out, then bf16 in and out (the values are exact in both).
 TEST_P(GroupedMatmulTest, FiniteInputsWhoseSumsOverflow) {
   const bool gmm = kernel_->op() == "gmm";
   constexpr int64_t m = 12, k = 5, n = 7;
@@ -260,23 +263,68 @@ TEST_P(GroupedMatmulTest, FiniteInputsWhoseSumsOverflow) {
     uint32_t bits = 0x5f500000u | (i % 3 == 0 ? 0x80000000u : 0u);
     float f;
     std::memcpy(&f, &bits, sizeof f);
-    return i % 4 == 1 ? 0.5f : f;
+    return i % 4 == 1 ? 0.0f : f;
   };
   std::vector<float> lhs(m * k), rhs((gmm ? 3 * k : m) * n);
   for (size_t i = 0; i < lhs.size(); ++i) lhs[i] = big(static_cast<int64_t>(i));
   for (size_t i = 0; i < rhs.size(); ++i) rhs[i] = big(static_cast<int64_t>(i * 7 + 2));
-  Case c;
-  c.values = {{"m", absl::StrCat(m)}, {"k", absl::StrCat(k)}, {"n", absl::StrCat(n)}};
-  c.options.inputs["group_sizes"] = I32(sizes);
-  c.options.inputs["lhs"] = gmm ? F32({m, k}, lhs) : F32({k, m}, lhs);
-  c.options.inputs["rhs"] = gmm ? F32({3, k, n}, rhs) : F32({m, n}, rhs);
+  // The values as bf16: their top halves.
+  auto bf16 = [](std::vector<int64_t> shape, const std::vector<float>& values) {
+    Tensor t(DType::kBF16, std::move(shape));
+    for (size_t i = 0; i < values.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &values[i], sizeof bits);
+      t.data_as<uint16_t>()[i] = static_cast<uint16_t>(bits >> 16);
+    }
+    return t;
+  };
+  const std::vector<int64_t> lhs_shape = gmm ? std::vector<int64_t>{m, k} : std::vector<int64_t>{k, m};
+  const std::vector<int64_t> rhs_shape = gmm ? std::vector<int64_t>{3, k, n} : std::vector<int64_t>{m, n};
   Tally tally;
-  CheckKernel(*kernel_, c, tally, /*max_configs=*/32);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    Case c;
+    c.values = {{"m", absl::StrCat(m)}, {"k", absl::StrCat(k)}, {"n", absl::StrCat(n)}};
+    c.options.inputs["group_sizes"] = I32(sizes);
+    c.options.inputs["lhs"] = dtype == DType::kF32 ? F32(lhs_shape, lhs) : bf16(lhs_shape, lhs);
+    c.options.inputs["rhs"] = dtype == DType::kF32 ? F32(rhs_shape, rhs) : bf16(rhs_shape, rhs);
+    c.options.dtypes["out"] = dtype;
+    CheckKernel(*kernel_, c, tally, /*max_configs=*/32);
+  }
   EXPECT_EQ(tally.refused, 0);
   EXPECT_GT(tally.runs, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(GroupedOps, GroupedMatmulTest, ::testing::ValuesIn(GroupedKernels()), TestName);
+
+// What cuBLAS got wrong or refused on an H100 (bf16 in with f32 out in one
+// grouped call: "not supported"; bf16 out with existing_out per group: two
+// bf16 steps off) is refused by gmm/cuda_cublas's check, which needs no
+// GPU; the other mode takes each.
+TEST(GmmCublasTest, RefusesWhatCublasGotWrongOnAGpu) {
+  std::shared_ptr<const Kernel> kernel;
+  for (const auto& k : TheRegistry().Kernels("gmm")) {
+    if (k->name() == "gmm/cuda_cublas") kernel = k;
+  }
+  if (kernel == nullptr) GTEST_SKIP() << "gmm/cuda_cublas is not built here (its plugin needs nvcc)";
+  absl::StatusOr<Values> values = kernel->op_info().ParseValues({{"m", "64"}, {"k", "8"}, {"n", "16"}, {"groups", "4"}});
+  ASSERT_TRUE(values.ok()) << values.status();
+  auto check = [&](DType out, bool existing, const char* mode) {
+    ProblemOptions options;
+    options.dtypes = {{"lhs", DType::kBF16}, {"out", out}};
+    if (existing) options.with.insert("existing_out");
+    ShapeArgs shape;
+    absl::Status s = MakeShapeArgs(kernel->op_info(), *values, options, &shape);
+    if (!s.ok()) return s;
+    absl::StatusOr<Config> config = kernel->ParseConfig({{"mode", mode}});
+    return config.ok() ? kernel->Check(*config, *shape.args()) : config.status();
+  };
+  EXPECT_THAT(std::string(check(DType::kF32, false, "grouped").message()),
+              HasSubstr("mode=grouped (cublasGemmGroupedBatchedEx) takes bf16 inputs with a bf16 out only"));
+  EXPECT_TRUE(check(DType::kF32, false, "per_group").ok());
+  EXPECT_THAT(std::string(check(DType::kBF16, true, "per_group").message()),
+              HasSubstr("mode=per_group rounds a bf16 out twice with existing_out"));
+  EXPECT_TRUE(check(DType::kBF16, true, "grouped").ok());
+}
 
 // ---- gmm and tgmm: validation -----------------------------------------------------
 

@@ -8,10 +8,18 @@
 // are row-major and cuBLAS column-major: each group's out^T = rhs^T .
 // lhs^T, in one cublasGemmGroupedBatchedEx call (mode grouped: every group a
 // problem of its own) or one cublasGemmEx per group (mode per_group).
+// The grouped call takes bf16 in with bf16 out and f32 in with f32 out, not
+// bf16 in with f32 out (the plugin's check refuses mode grouped there), and
+// its kernels were seen reading a group's matrix misaligned where the
+// groups' addresses differ in alignment (compute-sanitizer on an H100), so
+// a call whose matrices are not all on 16-byte addresses and row pitches
+// runs per group. Non-finite outputs are then recomputed as the
+// reference's (FixNonFinite).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -32,6 +40,7 @@ using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOpera
 struct Cublas {
   decltype(&cublasCreate_v2) create = nullptr;
   decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
   GemmEx gemm = nullptr;
   decltype(&cublasGemmGroupedBatchedEx) grouped = nullptr;
   decltype(&cublasGetStatusString) status_string = nullptr;
@@ -60,6 +69,7 @@ const Cublas& Lib() {
     };
     sym(c->create, "cublasCreate_v2");
     sym(c->set_stream, "cublasSetStream_v2");
+    sym(c->set_math_mode, "cublasSetMathMode");
     sym(c->gemm, "cublasGemmEx");
     sym(c->grouped, "cublasGemmGroupedBatchedEx");
     sym(c->status_string, "cublasGetStatusString");
@@ -114,6 +124,15 @@ int RunCublas(const GroupedArgs& a, const kreg_device& device, bool grouped, cha
       return Fail(msg, cap, a, "cublasCreate", lib.status_string(s));
     }
   }
+  // A bf16 out's partial sums (split-k) reduced in float, not rounded to
+  // bf16 on the way: accumulation in float, one rounding at the end, as
+  // the op's tolerance assumes (seen off by 1.3% on an H100 otherwise).
+  if (cublasStatus_t s = lib.set_math_mode(handle, static_cast<cublasMath_t>(
+                                                       CUBLAS_DEFAULT_MATH |
+                                                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+      s != CUBLAS_STATUS_SUCCESS) {
+    return Fail(msg, cap, a, "cublasSetMathMode", lib.status_string(s));
+  }
   if (cublasStatus_t s = lib.set_stream(handle, stream); s != CUBLAS_STATUS_SUCCESS) {
     return Fail(msg, cap, a, "cublasSetStream", lib.status_string(s));
   }
@@ -129,16 +148,18 @@ int RunCublas(const GroupedArgs& a, const kreg_device& device, bool grouped, cha
     if (e != cudaSuccess) return Fail(msg, cap, a, "reading group_sizes", cudaGetErrorString(e));
   }
   std::vector<int64_t> first(static_cast<size_t>(a.local_groups)), rows(first.size());
-  int64_t start = 0;
+  int64_t start = 0, lo = 0;  // the local groups' rows: [lo, hi)
   for (int64_t g = 0; g < a.group_offset + a.local_groups; ++g) {
     int64_t s = sizes[g] < 0 ? 0 : sizes[g];
     s = s > a.m - start ? a.m - start : s;
+    if (g == a.group_offset) lo = start;
     if (g >= a.group_offset) {
       first[g - a.group_offset] = start;
       rows[g - a.group_offset] = s;
     }
     start += s;
   }
+  const int64_t hi = a.local_groups > 0 ? start : lo;
 
   std::vector<Gemm> gemms;
   const float one = 1.0f, zero = 0.0f;
@@ -180,14 +201,19 @@ int RunCublas(const GroupedArgs& a, const kreg_device& device, bool grouped, cha
   }
   if (gemms.empty()) return 0;
   const float* beta = accumulate ? &one : &zero;
-
+  auto on16 = [](const void* p, int ld, size_t size) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld * size % 16 == 0;
+  };
+  for (const Gemm& g : gemms) {
+    grouped = grouped && on16(g.a, g.lda, in_size) && on16(g.b, g.ldb, in_size) && on16(g.c, g.ldc, out_size);
+  }
   if (!grouped) {
     for (const Gemm& g : gemms) {
       const cublasStatus_t s = lib.gemm(handle, g.ta, g.tb, g.m, g.n, g.k, &one, g.a, in_type, g.lda, g.b, in_type,
                                         g.ldb, beta, g.c, out_type, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       if (s != CUBLAS_STATUS_SUCCESS) return Fail(msg, cap, a, "cublasGemmEx", lib.status_string(s));
     }
-    return 0;
+    return FixNonFinite(a, lo, hi, device, msg, cap);
   }
   // One call: every GEMM a cuBLAS group of one problem; the pointer arrays
   // on the device (copied from pageable memory: staged before the call
@@ -228,7 +254,7 @@ int RunCublas(const GroupedArgs& a, const kreg_device& device, bool grouped, cha
     if (s != CUBLAS_STATUS_SUCCESS) rc = Fail(msg, cap, a, "cublasGemmGroupedBatchedEx", lib.status_string(s));
   }
   device.free(device.ctx, on_device);  // stream-ordered: after the call
-  return rc;
+  return rc != 0 ? rc : FixNonFinite(a, lo, hi, device, msg, cap);
 }
 
 }  // namespace kreg::cuda

@@ -18,6 +18,14 @@
 // Loads are element-wise (coalesced along the contiguous dimension):
 // exact first; vector loads and a double-buffered pipeline are the next
 // steps for speed.
+//
+// Non-finite results are the reference's, as on the CPU (tiled.cc): where
+// a float accumulator comes out NaN or infinite (an input was, or a float
+// product or partial sum overflowed), that element is recomputed as the
+// reference computes it, a double sum in the reference's order rounded
+// once, so infinities keep the reference's sign and no overflow happens
+// that double would not have. FixNonFinite does the same after cuBLAS,
+// whose accumulators are not seen: it scans the output.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
@@ -86,6 +94,41 @@ __device__ __forceinline__ void StoreF(void* p, bool bf16, int64_t i, float v) {
   } else {
     static_cast<float*>(p)[i] = v;
   }
+}
+
+// The reference's result for one element, rounded once to out's dtype
+// (plugins/gmm/reference.cc): products of float values are exact in
+// double, summed in order. bf16: rounded to odd in float first, so the
+// rounding on to bf16 is the single correct rounding of the double.
+__device__ void StoreExact(void* p, bool bf16, int64_t i, double d) {
+  if (!bf16) {
+    static_cast<float*>(p)[i] = static_cast<float>(d);
+    return;
+  }
+  float f = __double2float_rz(d);
+  if (!isnan(d) && static_cast<double>(f) != d) f = __uint_as_float(__float_as_uint(f) | 1u);
+  static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(f);
+}
+// gmm: sum over p of lhs(row, p) * rhs_g(p, col).
+__device__ double GmmExact(const GroupedArgs& a, const void* rhs, int64_t row, int64_t col) {
+  double d = 0;
+  for (int64_t p = 0; p < a.k; ++p) {
+    d += static_cast<double>(LoadF(a.lhs, a.in_bf16, row * a.lhs_ld + p)) *
+         LoadF(rhs, a.in_bf16, a.transpose_rhs ? col * a.rhs_ld + p : p * a.rhs_ld + col);
+  }
+  return d;
+}
+// tgmm: sum over the group's rows j of lhs(kr, first + j) * rhs(first + j, col).
+__device__ double TgmmExact(const GroupedArgs& a, int64_t first, int64_t rows, int64_t kr, int64_t col) {
+  double d = 0;
+  for (int64_t j = first; j < first + rows; ++j) {
+    d += static_cast<double>(LoadF(a.lhs, a.in_bf16, kr * a.lhs_ld + j)) * LoadF(a.rhs, a.in_bf16, j * a.rhs_ld + col);
+  }
+  return d;
+}
+__device__ __forceinline__ bool NonFinite(const void* p, bool bf16, int64_t i) {
+  return bf16 ? (__bfloat16_as_ushort(static_cast<const __nv_bfloat16*>(p)[i]) & 0x7f80u) == 0x7f80u
+              : !isfinite(static_cast<const float*>(p)[i]);
 }
 
 // gmm's rows outside the local groups: existing_out, or zero.
@@ -201,8 +244,12 @@ __global__ void __launch_bounds__(kThreads) GmmTiles(GroupedArgs a, int64_t tile
     auto store = [&](int r, int c, float v) {
       const int64_t row = row0 + r, col = col0 + c;
       if (row >= row_end || col >= a.n) return;
-      if (a.existing != nullptr) v += LoadF(a.existing, a.out_bf16, row * a.existing_ld + col);
-      StoreF(a.out, a.out_bf16, row * a.out_ld + col, v);
+      const float e = a.existing != nullptr ? LoadF(a.existing, a.out_bf16, row * a.existing_ld + col) : 0.0f;
+      if (isfinite(v)) {
+        StoreF(a.out, a.out_bf16, row * a.out_ld + col, v + e);
+      } else {
+        StoreExact(a.out, a.out_bf16, row * a.out_ld + col, GmmExact(a, rhs, row, col) + e);
+      }
     };
     Tile<TM, TN>(s, a.k, load_a, load_b, a.transpose_rhs, store);
   }
@@ -228,9 +275,65 @@ __global__ void __launch_bounds__(kThreads) TgmmTiles(GroupedArgs a, int64_t til
     char* out = static_cast<char*>(a.out) + g * a.out_group_stride * (a.out_bf16 ? 2 : 4);
     auto store = [&](int r, int c, float v) {
       const int64_t kr = k0 + r, col = col0 + c;
-      if (kr < a.k && col < a.n) StoreF(out, a.out_bf16, kr * a.out_ld + col, v);
+      if (kr >= a.k || col >= a.n) return;
+      if (isfinite(v)) {
+        StoreF(out, a.out_bf16, kr * a.out_ld + col, v);
+      } else {
+        StoreExact(out, a.out_bf16, kr * a.out_ld + col, TgmmExact(a, first, rows, kr, col));
+      }
     };
     Tile<TM, TN>(s, rows, load_a, load_b, false, store);
+  }
+}
+
+// Local group i's rows (clamped as the plan kernel clamps them), walked
+// from group_sizes: for FixNonFinite's rare non-finite elements only.
+__device__ void LocalGroupRows(const GroupedArgs& a, int64_t i, int64_t* first, int64_t* rows) {
+  int64_t start = 0, s = 0;
+  for (int64_t g = 0; g <= a.group_offset + i; ++g) {
+    start += s;
+    s = a.group_sizes[g] < 0 ? 0 : a.group_sizes[g];
+    s = s > a.m - start ? a.m - start : s;
+  }
+  *first = start;
+  *rows = s;
+}
+// The local group holding gmm's row `row` (one of the local groups' rows).
+__device__ int64_t LocalGroupOf(const GroupedArgs& a, int64_t row) {
+  int64_t start = 0;
+  for (int64_t g = 0; g < a.group_offset + a.local_groups; ++g) {
+    int64_t s = a.group_sizes[g] < 0 ? 0 : a.group_sizes[g];
+    s = s > a.m - start ? a.m - start : s;
+    start += s;
+    if (g >= a.group_offset && row < start) return g - a.group_offset;
+  }
+  return a.local_groups - 1;
+}
+
+// After cuBLAS: every non-finite element of the local groups' output
+// recomputed as the reference's (existing_out added in double). A block a
+// row (gmm: rows [lo, hi); tgmm: every local group's k rows), its threads
+// along the row.
+__global__ void FixNonFiniteKernel(GroupedArgs a, int64_t lo, int64_t hi) {
+  const int64_t rows = a.tgmm ? a.local_groups * a.k : hi - lo;
+  const size_t out_size = a.out_bf16 ? 2 : 4;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t g = a.tgmm ? r / a.k : 0, row = a.tgmm ? r % a.k : lo + r;
+    char* out = static_cast<char*>(a.out) + (g * a.out_group_stride + row * a.out_ld) * out_size;
+    for (int64_t col = threadIdx.x; col < a.n; col += blockDim.x) {
+      if (!NonFinite(out, a.out_bf16, col)) continue;
+      double d;
+      if (a.tgmm) {
+        int64_t first, count;
+        LocalGroupRows(a, g, &first, &count);
+        d = TgmmExact(a, first, count, row, col);
+      } else {
+        const int64_t local = LocalGroupOf(a, row);
+        d = GmmExact(a, static_cast<const char*>(a.rhs) + local * a.rhs_group_stride * (a.in_bf16 ? 2 : 4), row, col);
+        if (a.existing != nullptr) d += LoadF(a.existing, a.out_bf16, row * a.existing_ld + col);
+      }
+      StoreExact(out, a.out_bf16, col, d);
+    }
   }
 }
 
@@ -300,6 +403,18 @@ int LaunchGrouped(const GroupedArgs& a, const kreg_device& device, char* msg, si
   }
   if (e == cudaSuccess) return 0;
   std::snprintf(msg, cap, "%s/cuda_grouped: %s: %s", a.tgmm ? "tgmm" : "gmm", what, cudaGetErrorString(e));
+  return 1;
+}
+
+int FixNonFinite(const GroupedArgs& a, int64_t lo, int64_t hi, const kreg_device& device, char* msg, size_t cap) {
+  const int64_t rows = a.tgmm ? a.local_groups * a.k : hi - lo;
+  if (rows <= 0 || a.n <= 0) return 0;
+  const int64_t most = int64_t{a.num_sms > 0 ? a.num_sms : 1} * 16;
+  FixNonFiniteKernel<<<static_cast<unsigned>(rows < most ? rows : most), a.n < 256 ? 64 : 256, 0,
+                       static_cast<cudaStream_t>(device.stream)>>>(a, lo, hi);
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return 0;
+  std::snprintf(msg, cap, "%s/cuda_cublas: the non-finite scan: %s", a.tgmm ? "tgmm" : "gmm", cudaGetErrorString(e));
   return 1;
 }
 

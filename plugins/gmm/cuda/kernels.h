@@ -37,11 +37,19 @@ struct GroupedArgs {
 int LaunchGrouped(const GroupedArgs& args, const kreg_device& device, char* msg, size_t cap);
 
 // gmm/cuda_cublas, tgmm/cuda_cublas through cuBLAS, loaded at run time:
-// `grouped` one cublasGemmGroupedBatchedEx call, else one cublasGemmEx per
-// group. Reads group_sizes to the host (a synchronisation: cuBLAS takes
+// `grouped` one cublasGemmGroupedBatchedEx call (where every matrix's
+// address and row pitch are multiples of 16 bytes; else, and always for
+// bf16 in with f32 out, which that call does not take, one cublasGemmEx
+// per group), else one cublasGemmEx per group; then FixNonFinite. Reads group_sizes to the host (a synchronisation: cuBLAS takes
 // the shapes there). Non-zero with a reason in msg on failure (cuBLAS
 // missing: CublasMissing() says why).
 int RunCublas(const GroupedArgs& args, const kreg_device& device, bool grouped, char* msg, size_t cap);
+// After RunCublas: recomputes each non-finite element of the local groups'
+// output (gmm: rows [lo, hi)) as the reference does (a double sum in its
+// order, rounded once), as cuda_grouped does for its non-finite
+// accumulators. Enqueued on device's stream; non-zero with a reason in msg
+// if the launch failed.
+int FixNonFinite(const GroupedArgs& args, int64_t lo, int64_t hi, const kreg_device& device, char* msg, size_t cap);
 // Why cuBLAS cannot be loaded here, or nullptr when it can.
 const char* CublasMissing();
 

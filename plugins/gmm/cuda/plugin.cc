@@ -68,7 +68,8 @@ const char* const kModes[] = {"grouped", "per_group"};
 const kreg_param_desc kModeParam = {
     .struct_size = sizeof(kreg_param_desc),
     .name = "mode",
-    .doc = "grouped: one cublasGemmGroupedBatchedEx call; per_group: one cublasGemmEx per group",
+    .doc = "grouped: one cublasGemmGroupedBatchedEx call (bf16 in with bf16 out, or f32; per group where a matrix "
+           "is off 16-byte alignment); per_group: one cublasGemmEx per group",
     .kind = KREG_PARAM_CHOICE,
     .choices = kModes,
     .num_choices = 2,
@@ -77,9 +78,13 @@ const kreg_param_desc kModeParam = {
 const kreg_param_desc* const kCublasParams[] = {&kModeParam};
 
 // Shapes cuBLAS takes: ints, and an output type for the inputs' (bf16 in:
-// f32 or bf16 out; f32 in: f32 out).
+// f32 or bf16 out; f32 in: f32 out); mode grouped (cublasGemmGroupedBatchedEx)
+// not bf16 in with f32 out; mode per_group not gmm's bf16 out with
+// existing_out (on an H100 its kernels came out two bf16 steps off the
+// reference there, where one rounding of float sums is within one: the
+// product rounded to bf16 before existing_out is added, by the look of it).
 template <bool kTgmm>
-kreg_status CublasCheck(const kreg_config*, const kreg_args* args, const kreg_host*, char* msg, size_t cap) {
+kreg_status CublasCheck(const kreg_config* config, const kreg_args* args, const kreg_host*, char* msg, size_t cap) {
   for (size_t d = 0; d < 3; ++d) {
     if (args->dims[d] > 0x7fffffff) {
       std::snprintf(msg, cap, "%s/cuda_cublas: dims past 2^31 - 1 are not a cuBLAS GEMM", OpName(kTgmm));
@@ -90,6 +95,20 @@ kreg_status CublasCheck(const kreg_config*, const kreg_args* args, const kreg_ho
     std::snprintf(msg, cap, "%s/cuda_cublas: f32 inputs with a bf16 out are not a cuBLAS GEMM type", OpName(kTgmm));
     return KREG_INVALID_ARGUMENT;
   }
+  const bool grouped = config != nullptr && config->num_values > 0 && config->values[0]->value == 0;
+  if (grouped && args->tensors[kLhs]->dtype.code == kDLBfloat && args->tensors[kOut]->dtype.code != kDLBfloat) {
+    std::snprintf(msg, cap,
+                  "%s/cuda_cublas: mode=grouped (cublasGemmGroupedBatchedEx) takes bf16 inputs with a bf16 out only; "
+                  "an f32 out runs with mode=per_group",
+                  OpName(kTgmm));
+    return KREG_INVALID_ARGUMENT;
+  }
+  const bool existing = !kTgmm && args->num_tensors > kGmmExistingOut && args->tensors[kGmmExistingOut] != nullptr;
+  if (!grouped && existing && args->tensors[kOut]->dtype.code == kDLBfloat) {
+    std::snprintf(msg, cap,
+                  "gmm/cuda_cublas: mode=per_group rounds a bf16 out twice with existing_out; mode=grouped takes it");
+    return KREG_INVALID_ARGUMENT;
+  }
   return KREG_OK;
 }
 
@@ -98,7 +117,8 @@ kreg_status CublasRun(const kreg_config* config, const kreg_args* args, void*, v
                       char* msg, size_t cap) {
   const kreg_device* device = sdk::CudaDevice(host, kTgmm ? "tgmm/cuda_cublas" : "gmm/cuda_cublas", msg, cap);
   if (device == nullptr) return KREG_UNAVAILABLE;
-  const GroupedArgs a = ViewGrouped(args, kTgmm);
+  GroupedArgs a = ViewGrouped(args, kTgmm);
+  a.num_sms = device->num_sms;
   return RunCublas(a, *device, config->values[0]->value == 0, msg, cap) == 0 ? KREG_OK : KREG_INTERNAL;
 }
 
