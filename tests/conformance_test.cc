@@ -134,14 +134,19 @@ std::vector<std::string> ChoicePairs(const Kernel& kernel, const Config& config,
 // has run with each value of every other parameter of few values that a
 // legal configuration pairs it with: a sample still runs every
 // micro-kernel at every register block and tile.
-std::vector<Config> TunerConfigs(const Kernel& kernel, const Problem& problem, size_t max_configs) {
-  std::vector<Config> legal;
-  // A device kernel's check sees the shapes (its data goes to the device),
-  // as the tuner's worker asks it.
+// Whether `kernel`'s check accepts `config` for `problem`. A device
+// kernel's check sees the shapes (its data goes to the device), as the
+// tuner's worker asks it.
+bool Accepts(const Kernel& kernel, const Config& config, const Problem& problem) {
   kreg_args shapes = *problem.args();
   if (kernel.device() != 0) shapes.flags |= KREG_ARGS_SHAPE_ONLY;
+  return kernel.Check(config, shapes).ok();
+}
+
+std::vector<Config> TunerConfigs(const Kernel& kernel, const Problem& problem, size_t max_configs) {
+  std::vector<Config> legal;
   for (Config& c : kernel.params().Enumerate(CpuIsa(), problem.values().dims.data(), /*max_list_len=*/2)) {
-    if (kernel.Check(c, shapes).ok()) legal.push_back(std::move(c));
+    if (Accepts(kernel, c, problem)) legal.push_back(std::move(c));
   }
   if (legal.size() <= max_configs) return legal;
   std::vector<Config> sample;
@@ -212,7 +217,7 @@ void CheckKernel(const Kernel& kernel, const Case& c, Tally& tally, size_t max_c
       for (const NamedValues& overrides : c.configs) {
         absl::StatusOr<Config> config = kernel.ParseConfig(overrides);
         EXPECT_TRUE(config.ok()) << config.status();
-        if (config.ok() && kernel.Check(*config, *(*problem)->args()).ok()) configs.push_back(*std::move(config));
+        if (config.ok() && Accepts(kernel, *config, **problem)) configs.push_back(*std::move(config));
       }
     }
     size_t index = 0;
