@@ -325,6 +325,12 @@ TEST(GmmCublasTest, RefusesWhatCublasGotWrongOnAGpu) {
   EXPECT_THAT(std::string(check(DType::kBF16, true, "per_group").message()),
               HasSubstr("mode=per_group rounds a bf16 out twice with existing_out"));
   EXPECT_TRUE(check(DType::kBF16, true, "grouped").ok());
+  // Rows off 16 bytes (k=7): neither mode takes a bf16 out with existing_out.
+  values = kernel->op_info().ParseValues({{"m", "64"}, {"k", "7"}, {"n", "16"}, {"groups", "4"}});
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_THAT(std::string(check(DType::kBF16, true, "grouped").message()),
+              HasSubstr("needs rows on 16 bytes (k and n multiples of 8)"));
+  EXPECT_TRUE(check(DType::kBF16, false, "grouped").ok());
 }
 
 // ---- gmm and tgmm: validation -----------------------------------------------------

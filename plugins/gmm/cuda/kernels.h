@@ -37,11 +37,11 @@ struct GroupedArgs {
 int LaunchGrouped(const GroupedArgs& args, const kreg_device& device, char* msg, size_t cap);
 
 // gmm/cuda_cublas, tgmm/cuda_cublas through cuBLAS, loaded at run time:
-// `grouped` one cublasGemmGroupedBatchedEx call (where every matrix's
-// address and row pitch are multiples of 16 bytes; else, and always for
-// bf16 in with f32 out, which that call does not take, one cublasGemmEx
-// per group), else one cublasGemmEx per group; then FixNonFinite. Reads group_sizes to the host (a synchronisation: cuBLAS takes
-// the shapes there). Non-zero with a reason in msg on failure (cuBLAS
+// `grouped` one cublasGemmGroupedBatchedEx call where every matrix's
+// address and row pitch are multiples of 16 bytes (else one cublasGemmEx
+// per group, or an error for a bf16 out with existing_out), else one
+// cublasGemmEx per group; then FixNonFinite. Reads group_sizes to the host
+// (a synchronisation: cuBLAS takes the shapes there). Non-zero with a reason in msg on failure (cuBLAS
 // missing: CublasMissing() says why).
 int RunCublas(const GroupedArgs& args, const kreg_device& device, bool grouped, char* msg, size_t cap);
 // After RunCublas: recomputes each non-finite element of the local groups'

@@ -104,10 +104,22 @@ kreg_status CublasCheck(const kreg_config* config, const kreg_args* args, const 
     return KREG_INVALID_ARGUMENT;
   }
   const bool existing = !kTgmm && args->num_tensors > kGmmExistingOut && args->tensors[kGmmExistingOut] != nullptr;
-  if (!grouped && existing && args->tensors[kOut]->dtype.code == kDLBfloat) {
-    std::snprintf(msg, cap,
-                  "gmm/cuda_cublas: mode=per_group rounds a bf16 out twice with existing_out; mode=grouped takes it");
-    return KREG_INVALID_ARGUMENT;
+  if (existing && args->tensors[kOut]->dtype.code == kDLBfloat) {
+    if (!grouped) {
+      std::snprintf(msg, cap,
+                    "gmm/cuda_cublas: mode=per_group rounds a bf16 out twice with existing_out; mode=grouped takes it");
+      return KREG_INVALID_ARGUMENT;
+    }
+    // Rows on 16 bytes (with aligned tensors), or the grouped call could
+    // not run as one (RunCublas).
+    const DLTensor* const* t = args->tensors;
+    if (Stride(t[kLhs], 0) % 8 != 0 || Stride(t[kRhs], 0) % 8 != 0 || Stride(t[kRhs], 1) % 8 != 0 ||
+        Stride(t[kOut], 0) % 8 != 0) {
+      std::snprintf(msg, cap,
+                    "gmm/cuda_cublas: a bf16 out with existing_out needs rows on 16 bytes (k and n multiples of 8) "
+                    "for mode=grouped, and mode=per_group rounds it twice");
+      return KREG_INVALID_ARGUMENT;
+    }
   }
   return KREG_OK;
 }
