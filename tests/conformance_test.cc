@@ -126,14 +126,6 @@ std::vector<std::string> ChoicePairs(const Kernel& kernel, const Config& config,
   return out;
 }
 
-// The configurations the tuner would search on `problem`: the space
-// enumerated on this CPU (lists of up to two values), those the kernel's
-// check accepts, the default first when legal. Beyond `max_configs`, an
-// evenly spaced sample, the first (the default, when legal) always in it,
-// then legal configurations added until each choice of a choice parameter
-// has run with each value of every other parameter of few values that a
-// legal configuration pairs it with: a sample still runs every
-// micro-kernel at every register block and tile.
 // Whether `kernel`'s check accepts `config` for `problem`. A device
 // kernel's check sees the shapes (its data goes to the device), as the
 // tuner's worker asks it.
@@ -143,6 +135,14 @@ bool Accepts(const Kernel& kernel, const Config& config, const Problem& problem)
   return kernel.Check(config, shapes).ok();
 }
 
+// The configurations the tuner would search on `problem`: the space
+// enumerated on this CPU (lists of up to two values), those the kernel's
+// check accepts, the default first when legal. Beyond `max_configs`, an
+// evenly spaced sample, the first (the default, when legal) always in it,
+// then legal configurations added until each choice of a choice parameter
+// has run with each value of every other parameter of few values that a
+// legal configuration pairs it with: a sample still runs every
+// micro-kernel at every register block and tile.
 std::vector<Config> TunerConfigs(const Kernel& kernel, const Problem& problem, size_t max_configs) {
   std::vector<Config> legal;
   for (Config& c : kernel.params().Enumerate(CpuIsa(), problem.values().dims.data(), /*max_list_len=*/2)) {
