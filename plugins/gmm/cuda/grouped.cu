@@ -60,21 +60,23 @@ struct Plan {
 };
 inline size_t PlanBytes(int64_t local) { return static_cast<size_t>(3 + 3 * local) * sizeof(int64_t); }
 
-// One thread: group sizes are few. Sizes are clamped (negative to 0, none
-// past m), so a bad table the host did not validate cannot write out of
-// bounds.
+// Group g's size clamped (negative to 0, none past m) for a group starting
+// at row `start`, so a bad table the host did not validate cannot write out
+// of bounds.
+__device__ __forceinline__ int64_t ClampedSize(const GroupedArgs& a, int64_t g, int64_t start) {
+  const int64_t s = a.group_sizes[g] < 0 ? 0 : a.group_sizes[g];
+  return s > a.m - start ? a.m - start : s;
+}
+
+// One thread: group sizes are few.
 __global__ void PlanKernel(GroupedArgs a, int64_t tiles_n, int64_t tiles_k, Plan plan) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  auto clamp = [&](int64_t s, int64_t start) {
-    s = s < 0 ? 0 : s;
-    return s > a.m - start ? a.m - start : s;
-  };
   int64_t start = 0;
-  for (int64_t g = 0; g < a.group_offset; ++g) start += clamp(a.group_sizes[g], start);
+  for (int64_t g = 0; g < a.group_offset; ++g) start += ClampedSize(a, g, start);
   plan.lo() = start;
   int64_t tiles = 0;
   for (int64_t i = 0; i < a.local_groups; ++i) {
-    const int64_t s = clamp(a.group_sizes[a.group_offset + i], start);
+    const int64_t s = ClampedSize(a, a.group_offset + i, start);
     plan.row_start(i) = start;
     plan.row_count(i) = s;
     tiles += a.tgmm ? tiles_k * tiles_n : (s + a.tm - 1) / a.tm * tiles_n;
@@ -289,22 +291,16 @@ __global__ void __launch_bounds__(kThreads) TgmmTiles(GroupedArgs a, int64_t til
 // Local group i's rows (clamped as the plan kernel clamps them), walked
 // from group_sizes: for FixNonFinite's rare non-finite elements only.
 __device__ void LocalGroupRows(const GroupedArgs& a, int64_t i, int64_t* first, int64_t* rows) {
-  int64_t start = 0, s = 0;
-  for (int64_t g = 0; g <= a.group_offset + i; ++g) {
-    start += s;
-    s = a.group_sizes[g] < 0 ? 0 : a.group_sizes[g];
-    s = s > a.m - start ? a.m - start : s;
-  }
+  int64_t start = 0;
+  for (int64_t g = 0; g < a.group_offset + i; ++g) start += ClampedSize(a, g, start);
   *first = start;
-  *rows = s;
+  *rows = ClampedSize(a, a.group_offset + i, start);
 }
 // The local group holding gmm's row `row` (one of the local groups' rows).
 __device__ int64_t LocalGroupOf(const GroupedArgs& a, int64_t row) {
   int64_t start = 0;
   for (int64_t g = 0; g < a.group_offset + a.local_groups; ++g) {
-    int64_t s = a.group_sizes[g] < 0 ? 0 : a.group_sizes[g];
-    s = s > a.m - start ? a.m - start : s;
-    start += s;
+    start += ClampedSize(a, g, start);
     if (g >= a.group_offset && row < start) return g - a.group_offset;
   }
   return a.local_groups - 1;
