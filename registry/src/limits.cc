@@ -22,6 +22,7 @@ absl::Status IntIn(int64_t v, int64_t lo, int64_t hi, absl::string_view what, co
 }  // namespace
 
 absl::Status CheckThreads(int64_t threads, absl::string_view what) {
+  if (ThreadsIn(threads)) return absl::OkStatus();
   return IntIn(threads, 0, kMaxThreads, what, [&] { return absl::StrCat("0 (all cores) to ", kMaxThreads); });
 }
 
@@ -44,6 +45,7 @@ absl::Status CheckSeconds(double seconds, absl::string_view what, Zero zero) {
 }
 
 absl::Status CheckReps(int64_t reps, absl::string_view what, int64_t least) {
+  if (RepsIn(reps, least)) return absl::OkStatus();
   return IntIn(reps, least, kMaxReps, what, [&] { return absl::StrCat(least, " to ", kMaxReps); });
 }
 
@@ -52,12 +54,12 @@ absl::Status CheckCount(int64_t value, absl::string_view what, int64_t least, in
 }
 
 absl::Status CheckNs(double ns, absl::string_view what) {
-  if (std::isfinite(ns) && ns >= 0 && ns <= kMaxNs) return absl::OkStatus();
+  if (NsIn(ns)) return absl::OkStatus();
   return Outside(what, absl::StrCat(ns), absl::StrCat("0 to ", kMaxNs, " ns (a week)"));
 }
 
 absl::Status CheckFinite(double value, absl::string_view what) {
-  if (std::isfinite(value) && value >= 0 && value <= kMaxSeconds) return absl::OkStatus();
+  if (RatioIn(value)) return absl::OkStatus();
   return Outside(what, absl::StrCat(value), absl::StrCat("a finite number from 0 to ", kMaxSeconds));
 }
 

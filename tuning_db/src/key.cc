@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kreg/lut.h"
@@ -32,13 +33,23 @@ void AppendConfigId(const tuning::Config& config, std::string* out) {
     if (config.params_size() == 1) AppendParamId(config.params(0), out);
     return;
   }
-  std::vector<std::string> params;
+  // The parameters' ids back to back in one string, then sorted as views.
+  std::string pieces;
+  absl::InlinedVector<size_t, 8> ends;
   for (const tuning::ParamValue& p : config.params()) {
-    params.push_back(
-        absl::StrCat(p.name(), "\x1e", static_cast<int>(p.value_case()), "\x1e", ValueText(p)));
+    AppendParamId(p, &pieces);
+    ends.push_back(pieces.size());
+  }
+  absl::InlinedVector<absl::string_view, 8> params;
+  for (size_t i = 0, begin = 0; i < ends.size(); begin = ends[i++]) {
+    params.emplace_back(pieces.data() + begin, ends[i] - begin);
   }
   std::sort(params.begin(), params.end());
-  absl::StrAppend(out, absl::StrJoin(params, "\x1f"));
+  out->reserve(out->size() + pieces.size() + params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (i > 0) out->push_back('\x1f');
+    out->append(params[i].data(), params[i].size());
+  }
 }
 
 }  // namespace
@@ -58,25 +69,25 @@ std::string ValueText(const tuning::ParamValue& p) {
 }
 
 std::string KeyId(const tuning::ProblemKey& key) {
-  // "name=value" of each dim, sorted as text, joined by ','; the pieces are
-  // made back to back in one string.
-  std::string pieces;
-  absl::InlinedVector<absl::string_view, 8> dims;
-  absl::InlinedVector<size_t, 8> ends;
+  // "name=value" of each dim in (name, value) order, joined by ',', made in
+  // one string sized beforehand (a table's load makes one per entry).
+  absl::InlinedVector<std::pair<absl::string_view, int64_t>, 8> dims;
+  size_t size = key.op().size() + key.dtype().size() + key.machine_id().size() + key.data_class().size() + 3;
   for (const tuning::Dim& d : key.dims()) {
-    absl::StrAppend(&pieces, d.name(), "=", d.value());
-    ends.push_back(pieces.size());
-  }
-  for (size_t i = 0, begin = 0; i < ends.size(); begin = ends[i++]) {
-    dims.emplace_back(pieces.data() + begin, ends[i] - begin);
+    dims.emplace_back(d.name(), d.value());
+    size += d.name().size() + 2 + absl::numbers_internal::kFastToBufferSize;
   }
   std::sort(dims.begin(), dims.end());
-  std::string id = absl::StrCat(key.op(), "\x1f", key.dtype(), "\x1f");
+  std::string id;
+  id.reserve(size);
+  id.append(key.op()).append("\x1f").append(key.dtype()).append("\x1f");
+  char digits[absl::numbers_internal::kFastToBufferSize];
   for (size_t i = 0; i < dims.size(); ++i) {
     if (i > 0) id.push_back(',');
-    id.append(dims[i].data(), dims[i].size());
+    id.append(dims[i].first.data(), dims[i].first.size()).push_back('=');
+    id.append(digits, absl::numbers_internal::FastIntToBuffer(dims[i].second, digits));
   }
-  absl::StrAppend(&id, "\x1f", key.machine_id(), "\x1f", key.data_class());
+  id.append("\x1f").append(key.machine_id()).append("\x1f").append(key.data_class());
   // As Sanitize would store it, so raw and stored keys find each other
   // (ASCII is stored as it is).
   const bool ascii = std::all_of(id.begin(), id.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });

@@ -252,9 +252,13 @@ absl::Status CheckNumbers(const tuning::Database& db) {
   }
   for (int i = 0; i < db.entries_size(); ++i) {
     const tuning::Entry& e = db.entries(i);
-    // The checks first; the record's name only for a failure (a table of
-    // 10k entries is checked on every load).
+    // The inline tests first; the checks and the record's name only for a
+    // failure (a table of 10k entries is checked on every load).
     auto check = [&](const Trial& t, absl::string_view which) -> absl::Status {
+      if (limits::ThreadsIn(t.threads()) && limits::NsIn(t.median_ns()) && limits::NsIn(t.min_ns()) &&
+          limits::NsIn(t.max_ns()) && limits::RatioIn(t.relative_iqr()) && limits::RepsIn(t.reps(), 0)) {
+        return absl::OkStatus();
+      }
       const std::pair<const char*, absl::Status> checks[] = {
           {"threads", limits::CheckThreads(t.threads(), "")},
           {"median_ns", limits::CheckNs(t.median_ns(), "")},
@@ -295,17 +299,31 @@ namespace {
 // walk over the generated types, as protobuf's reflective
 // DiscardUnknownFields lists every field of every message (a sixth of a
 // load); Files.UnknownFieldsAreDroppedFromEveryMessage checks that the walk
-// reaches every message type of the schema.
+// reaches every message type of the schema. Each type's Reflection is taken
+// once: a message's GetReflection() goes through its descriptors' one-time
+// set-up check on every call.
 bool HasUnknownFields(const tuning::Database& db) {
-  auto unknown = [](const google::protobuf::Message& m) {
-    return !m.GetReflection()->GetUnknownFields(m).empty();
+  // The unknown fields of a message of type M.
+  auto unknown_in = [](const auto& prototype) {
+    const google::protobuf::Reflection* r = prototype.GetReflection();
+    return [r](const google::protobuf::Message& m) { return !r->GetUnknownFields(m).empty(); };
   };
+  const auto unknown_trial = unknown_in(Trial::default_instance());
+  const auto unknown_config = unknown_in(tuning::Config::default_instance());
+  const auto unknown_param = unknown_in(tuning::ParamValue::default_instance());
+  const auto unknown_list = unknown_in(tuning::IntList::default_instance());
+  const auto unknown_entry = unknown_in(tuning::Entry::default_instance());
+  const auto unknown_key = unknown_in(tuning::ProblemKey::default_instance());
+  const auto unknown_dim = unknown_in(tuning::Dim::default_instance());
   auto trial_unknown = [&](const Trial& t) {
-    if (unknown(t) || unknown(t.config())) return true;
+    if (unknown_trial(t) || unknown_config(t.config())) return true;
     for (const tuning::ParamValue& p : t.config().params()) {
-      if (unknown(p) || (p.has_list_value() && unknown(p.list_value()))) return true;
+      if (unknown_param(p) || (p.has_list_value() && unknown_list(p.list_value()))) return true;
     }
     return false;
+  };
+  auto unknown = [](const google::protobuf::Message& m) {
+    return !m.GetReflection()->GetUnknownFields(m).empty();
   };
   if (unknown(db)) return true;
   for (const tuning::Machine& m : db.machines()) {
@@ -315,9 +333,9 @@ bool HasUnknownFields(const tuning::Database& db) {
     if (unknown(m)) return true;
   }
   for (const tuning::Entry& e : db.entries()) {
-    if (unknown(e) || unknown(e.key())) return true;
+    if (unknown_entry(e) || unknown_key(e.key())) return true;
     for (const tuning::Dim& d : e.key().dims()) {
-      if (unknown(d)) return true;
+      if (unknown_dim(d)) return true;
     }
     if ((e.has_best() && trial_unknown(e.best())) || (e.has_runner_up() && trial_unknown(e.runner_up()))) return true;
     for (const Trial& t : e.trials()) {
@@ -419,7 +437,7 @@ absl::StatusOr<TuningDb> TuningDb::Adopt(tuning::Database* parsed, std::unique_p
         if (SameTrialId(mine.trials(at), *winner)) return;  // without making the id
       }
       std::string id = TrialIdOf(*winner);
-      if (std::any_of(listed.begin(), listed.end(), [&](int at) { return ids.ids[at] == id; })) return;
+      if (std::any_of(listed.begin(), listed.end(), [&](int at) { return ids.trials[at] == id; })) return;
       out.PutTrialWithId(index, *winner, std::move(id), /*keep_newer=*/true, Ties::kIncoming, winner,
                          /*sync=*/false);
     };

@@ -88,18 +88,41 @@ void TuningDb::AddPartial(const tuning::ProblemKey& key, const Trial& trial) {
   PutPartial(FindOrAddEntry(key), trial);
 }
 
+int TuningDb::Ids::Find(absl::string_view id) const {
+  if (ids_.size() > kScanned) {
+    auto it = map_.find(id);
+    return it == map_.end() ? -1 : it->second;
+  }
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    if (ids_[i] == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void TuningDb::Ids::Add(std::string id) {
+  ids_.push_back(std::move(id));
+  if (ids_.size() == kScanned + 1) {
+    for (size_t i = 0; i < ids_.size(); ++i) map_.emplace(ids_[i], static_cast<int>(i));
+  } else if (ids_.size() > kScanned) {
+    map_.emplace(ids_.back(), static_cast<int>(ids_.size()) - 1);
+  }
+}
+
 void TuningDb::PutPartial(int entry, const Trial& trial) {
   tuning::Entry& e = *db_->mutable_entries(entry);
-  auto [it, added] = index_[entry].partial.try_emplace(TrialIdOf(trial), e.partial_size());
-  if (added) {
+  Ids& ids = index_[entry].partial;
+  std::string id = TrialIdOf(trial);
+  const int i = ids.Find(id);
+  if (i < 0) {
+    ids.Add(std::move(id));
     *e.add_partial() = trial;
     return;
   }
   // The one of more runs; between as many, the newer, and at the same
   // second a result over the mark of one in flight.
-  const Trial& old = e.partial(it->second);
+  const Trial& old = e.partial(i);
   const auto rank = [](const Trial& t) { return std::make_tuple(t.reps(), t.measured_at(), t.status() == Trial::OK); };
-  if (rank(trial) >= rank(old)) *e.mutable_partial(it->second) = trial;
+  if (rank(trial) >= rank(old)) *e.mutable_partial(i) = trial;
 }
 
 void TuningDb::PutTrial(int entry, const Trial& trial, bool keep_newer, Ties ties) {
@@ -110,8 +133,9 @@ int TuningDb::PutTrialWithId(int entry, const Trial& trial, std::string id, bool
                              Trial* take, bool sync) {
   tuning::Entry& e = *db_->mutable_entries(entry);
   EntryIndex& index = index_[entry];
-  auto [it, added] = index.trials.try_emplace(id, e.trials_size());
-  const int i = it->second;
+  const int found = index.trials.Find(id);
+  const bool added = found < 0;
+  const int i = added ? e.trials_size() : found;
   // The trial, copied or moved (`take` is `trial`).
   auto store = [&](Trial* to) {
     if (take != nullptr && take->GetArena() == to->GetArena()) {
@@ -122,7 +146,7 @@ int TuningDb::PutTrialWithId(int entry, const Trial& trial, std::string id, bool
   };
   if (added) {
     store(e.add_trials());
-    index.ids.push_back(std::move(id));
+    index.trials.Add(std::move(id));
   } else {
     if (keep_newer && e.trials(i).measured_at() > trial.measured_at()) return i;
     // Two measurements of one candidate at the same second, canonically:
@@ -140,9 +164,9 @@ int TuningDb::PutTrialWithId(int entry, const Trial& trial, std::string id, bool
   // Only the new trial can move: slot it in if it beats a winner.
   const Trial& stored = e.trials(i);  // `trial` may have been moved from
   if (!Eligible(stored)) return i;
-  const std::string& tid = index.ids[i];
+  const std::string& tid = index.trials[i];
   auto beats = [&](int other) {
-    return other < 0 || Faster(stored, tid, e.trials(other), index.ids[other]);
+    return other < 0 || Faster(stored, tid, e.trials(other), index.trials[other]);
   };
   if (beats(index.best)) {
     index.runner_up = index.best;
@@ -164,7 +188,7 @@ void TuningDb::RecomputeWinners(int entry) {
     const Trial& t = e.trials(i);
     if (!Eligible(t)) continue;
     auto beats = [&](int other) {
-      return other < 0 || Faster(t, index.ids[i], e.trials(other), index.ids[other]);
+      return other < 0 || Faster(t, index.trials[i], e.trials(other), index.trials[other]);
     };
     if (beats(index.best)) {
       index.runner_up = index.best;
@@ -197,12 +221,9 @@ void TuningDb::Reindex() {
   for (int i = 0; i < db_->entries_size(); ++i) {
     const tuning::Entry& e = db_->entries(i);
     entries_.emplace(KeyId(e.key()), i);
-    for (int j = 0; j < e.trials_size(); ++j) {
-      std::string id = TrialIdOf(e.trials(j));
-      index_[i].trials.emplace(id, j);
-      index_[i].ids.push_back(std::move(id));
-    }
-    for (int j = 0; j < e.partial_size(); ++j) index_[i].partial.emplace(TrialIdOf(e.partial(j)), j);
+    // A table's trials and partial measurements are unique by id.
+    for (const Trial& t : e.trials()) index_[i].trials.Add(TrialIdOf(t));
+    for (const Trial& t : e.partial()) index_[i].partial.Add(TrialIdOf(t));
     RecomputeWinners(i);
   }
   db_->set_entry_count(static_cast<uint64_t>(db_->entries_size()));
@@ -218,8 +239,8 @@ const Trial* TuningDb::FindTrial(const tuning::ProblemKey& key, absl::string_vie
   int i = FindEntryIndex(key);
   if (i < 0) return nullptr;
   const EntryIndex& index = index_[i];
-  auto it = index.trials.find(TrialId(variant, variant_version, config, threads));
-  return it == index.trials.end() ? nullptr : &db_->entries(i).trials(it->second);
+  const int at = index.trials.Find(TrialId(variant, variant_version, config, threads));
+  return at < 0 ? nullptr : &db_->entries(i).trials(at);
 }
 
 const Trial* TuningDb::FindPartial(const tuning::ProblemKey& key, absl::string_view variant,
@@ -227,8 +248,8 @@ const Trial* TuningDb::FindPartial(const tuning::ProblemKey& key, absl::string_v
   const int i = FindEntryIndex(key);
   if (i < 0) return nullptr;
   const EntryIndex& index = index_[i];
-  auto it = index.partial.find(TrialId(variant, variant_version, config, threads));
-  return it == index.partial.end() ? nullptr : &db_->entries(i).partial(it->second);
+  const int at = index.partial.Find(TrialId(variant, variant_version, config, threads));
+  return at < 0 ? nullptr : &db_->entries(i).partial(at);
 }
 
 int TuningDb::DropStale(const Registry& registry) {

@@ -17,8 +17,8 @@ namespace tuning_db_internal {
 std::string ValueText(const tuning::ParamValue& p);
 
 // Identity strings (not for display): fields joined by separators that do
-// not occur in names, dims in name order so the order they were given in
-// does not matter. A trial's: variant, version, configuration, and its
+// not occur in names, dims sorted by name and value so that the order they
+// were given in does not matter. A trial's: variant, version, configuration, and its
 // chosen thread count (threads > 0: another trial than the same
 // configuration on all cores).
 std::string KeyId(const tuning::ProblemKey& key);

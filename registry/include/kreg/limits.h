@@ -26,6 +26,9 @@ namespace kreg::limits {
 // oversubscribing a small one stays possible.
 inline constexpr int64_t kMaxThreads = 1024;
 absl::Status CheckThreads(int64_t threads, absl::string_view what = "threads");
+// The test alone (inline, for a loop over many values: a table's load);
+// the check above makes its error from it. Likewise RepsIn, NsIn, RatioIn.
+inline bool ThreadsIn(int64_t threads) { return threads >= 0 && threads <= kMaxThreads; }
 
 // Ranks that are threads of this process (--ranks with the threads backend,
 // calibrate). Each is a thread with its own buffers standing in for one
@@ -54,6 +57,7 @@ absl::Status CheckSeconds(double seconds, absl::string_view what, Zero zero);
 // Timed and untimed runs per measurement (--reps, --warmup, a trial's reps).
 inline constexpr int64_t kMaxReps = 1000000;
 absl::Status CheckReps(int64_t reps, absl::string_view what, int64_t least);
+inline bool RepsIn(int64_t reps, int64_t least) { return reps >= least && reps <= kMaxReps; }
 
 // The tuner's list parameters (--max-list-len, --list-growth-rounds): a
 // list of more values, or more rounds growing one, multiplies the
@@ -68,10 +72,12 @@ absl::Status CheckCount(int64_t value, absl::string_view what, int64_t least, in
 // breaks every comparison).
 inline constexpr double kMaxNs = kMaxSeconds * 1e9;
 absl::Status CheckNs(double ns, absl::string_view what);
+inline bool NsIn(double ns) { return ns >= 0 && ns <= kMaxNs; }  // false for NaN and infinities
 
 // A non-negative finite ratio or cost in a table (a trial's relative_iqr, a
 // communicator model's alpha, beta, gamma) of at most kMaxSeconds.
 absl::Status CheckFinite(double value, absl::string_view what);
+inline bool RatioIn(double value) { return value >= 0 && value <= kMaxSeconds; }  // false for NaN and infinities
 
 // Logical cores in a machine record.
 inline constexpr int64_t kMaxCores = 65536;

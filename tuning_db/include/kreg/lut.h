@@ -286,11 +286,25 @@ class TuningDb {
   std::string Summary() const;
 
  private:
+  // The trial ids of an entry's trials (or partial measurements) by index,
+  // and the index of an id: found by a scan while there are few (most
+  // entries hold a handful of trials, and a map per entry cost a tenth of a
+  // table's load), by a hash map past kScanned.
+  class Ids {
+   public:
+    const std::string& operator[](int i) const { return ids_[i]; }
+    int size() const { return static_cast<int>(ids_.size()); }
+    int Find(absl::string_view id) const;  // -1 if absent
+    void Add(std::string id);              // REQUIRES: Find(id) < 0
+
+   private:
+    static constexpr int kScanned = 16;
+    std::vector<std::string> ids_;
+    absl::flat_hash_map<std::string, int> map_;  // empty until past kScanned
+  };
   struct EntryIndex {
-    absl::flat_hash_map<std::string, int> trials;  // trial id -> index in trials
-    absl::flat_hash_map<std::string, int> partial;  // trial id -> index in partial
-    std::vector<std::string> ids;                  // index -> trial id
-    int best = -1, runner_up = -1;                 // indices into trials
+    Ids trials, partial;
+    int best = -1, runner_up = -1;  // indices into trials
   };
 
   // FromProto without making strings valid UTF-8 (for parsed files, whose
