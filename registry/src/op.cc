@@ -72,9 +72,13 @@ absl::StatusOr<Dims> ParseDims(absl::string_view text) {
 }
 
 std::string DimsString(const Dims& dims) {
-  return absl::StrJoin(dims, ",", [](std::string* out, const auto& d) {
-    absl::StrAppend(out, d.first, "=", d.second);
-  });
+  std::string out;
+  AppendDims(dims, &out);
+  return out;
+}
+
+void AppendDims(const Dims& dims, std::string* out) {
+  for (size_t i = 0; i < dims.size(); ++i) absl::StrAppend(out, i > 0 ? "," : "", dims[i].first, "=", dims[i].second);
 }
 
 uint32_t DTypeBit(DType dtype) {

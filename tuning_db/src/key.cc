@@ -139,7 +139,7 @@ std::string TrialId(const tuning::Trial& trial) { return TrialIdOf(trial); }
 Dims CanonicalDims(const Op& op, const Dims& dims) {
   Dims out;
   out.reserve(dims.size());
-  std::vector<bool> used(dims.size());
+  absl::InlinedVector<bool, 8> used(dims.size());
   auto take = [&](absl::string_view name, const int64_t* default_value) {
     for (size_t i = 0; i < dims.size(); ++i) {
       if (used[i] || dims[i].first != name) continue;
@@ -180,6 +180,7 @@ tuning::ProblemKey MakeProblemKey(absl::string_view op, const OpKey& key,
 
 Dims KeyDims(const tuning::ProblemKey& key) {
   Dims dims;
+  dims.reserve(key.dims_size());
   for (const tuning::Dim& d : key.dims()) dims.emplace_back(d.name(), d.value());
   return dims;
 }

@@ -58,6 +58,7 @@ std::vector<MeasuredOn> Measure(const std::vector<const tuning::Entry*>& entries
 // ties to the more often measured, then by name.
 std::vector<VariantScore> Score(const std::vector<MeasuredOn>& measured) {
   std::vector<VariantScore> sums;  // log_ratio: the sum so far
+  sums.reserve(measured.empty() ? 0 : measured.front().fastest.size());
   for (const MeasuredOn& m : measured) {
     for (const lut_internal::Fastest& f : m.fastest) {
       auto it = std::find_if(sums.begin(), sums.end(), [&](const VariantScore& v) { return v.name == f.name; });
@@ -67,6 +68,7 @@ std::vector<VariantScore> Score(const std::vector<MeasuredOn>& measured) {
     }
   }
   std::vector<VariantScore> scores;
+  scores.reserve(sums.size());
   for (const VariantScore& v : sums) {
     if (2 * v.count < measured.size() || !v.kernel->available()) continue;
     scores.push_back({v.log_ratio / static_cast<double>(v.count), v.count, v.name, v.kernel});
@@ -186,9 +188,9 @@ void Lut::Impl::AddMeasuredDefaults(const tuning::Database& proto, const Kernels
       continue;  // GPUs' entries neither: their defaults are the op's CUDA kernels
     }
     const uint32_t item = scratch->entry_item[i];
-    const std::string dims =
-        DimsString(item != kNone ? items[item].dims : CanonicalDims(*op->op, KeyDims(e.key())));
-    by_shape.emplace_back(absl::StrCat(e.key().op(), "\x1f", e.key().dtype(), "\x1f", e.key().data_class(), "\x1f", dims), i);
+    std::string shape = absl::StrCat(e.key().op(), "\x1f", e.key().dtype(), "\x1f", e.key().data_class(), "\x1f");
+    AppendDims(item != kNone ? items[item].dims : CanonicalDims(*op->op, KeyDims(e.key())), &shape);
+    by_shape.emplace_back(std::move(shape), i);
   }
   std::stable_sort(by_shape.begin(), by_shape.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });

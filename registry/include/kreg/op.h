@@ -40,6 +40,8 @@ using Dims = std::vector<std::pair<std::string, int64_t>>;
 // NAME=INTEGER items; InvalidArgument naming a bad one.
 absl::StatusOr<Dims> ParseDims(absl::string_view text);
 std::string DimsString(const Dims& dims);
+// DimsString(dims) appended to *out.
+void AppendDims(const Dims& dims, std::string* out);
 // NAME=VALUE items ("n=10,alpha=0.5"), values as text.
 using NamedValues = std::vector<std::pair<std::string, std::string>>;
 absl::StatusOr<NamedValues> ParseNamedValues(absl::string_view text);
