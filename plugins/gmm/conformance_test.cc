@@ -179,6 +179,20 @@ std::vector<std::string> GroupedKernels() {
 
 class GroupedMatmulTest : public KernelConformanceTest {};
 
+// A configuration per micro-kernel this CPU runs (the others at their
+// defaults); the default alone for a kernel without the parameter.
+std::vector<NamedValues> MicroConfigs(const Kernel& kernel) {
+  std::vector<NamedValues> configs;
+  for (const ParamInfo& p : kernel.params().params()) {
+    if (p.name != "micro") continue;
+    for (size_t i = 0; i < p.choices.size(); ++i) {
+      if (p.ChoiceAvailable(static_cast<int64_t>(i), CpuIsa())) configs.push_back({{p.name, p.choices[i]}});
+    }
+  }
+  if (configs.empty()) configs.push_back({});
+  return configs;
+}
+
 TEST_P(GroupedMatmulTest, ChosenPartitionsOffsetsAndLayouts) {
   for (const GroupedShape& shape : GroupedShapes()) {
     Tally tally;
@@ -212,14 +226,7 @@ TEST_P(GroupedMatmulTest, ChosenPartitionsOffsetsAndLayouts) {
 TEST_P(GroupedMatmulTest, OutputsLargerThanTheCache) {
   const int64_t out_bytes = (int64_t{64} << 20) + 1;
   const bool gmm = kernel_->op() == "gmm";
-  std::vector<NamedValues> configs;  // each micro-kernel, else the default
-  for (const ParamInfo& p : kernel_->params().params()) {
-    if (p.name != "micro") continue;
-    for (size_t i = 0; i < p.choices.size(); ++i) {
-      if (p.ChoiceAvailable(static_cast<int64_t>(i), CpuIsa())) configs.push_back({{p.name, p.choices[i]}});
-    }
-  }
-  if (configs.empty()) configs.push_back({});
+  const std::vector<NamedValues> configs = MicroConfigs(*kernel_);
   constexpr int64_t k = 16, n = 512;
   // gmm: out [m, n]; tgmm: out [groups, k, n] with 2 rows a group.
   const int64_t groups = gmm ? 7 : out_bytes / (k * n * 4) + 1;
@@ -291,6 +298,69 @@ TEST_P(GroupedMatmulTest, FiniteInputsWhoseSumsOverflow) {
     c.options.dtypes["out"] = dtype;
     CheckKernel(*kernel_, c, tally, /*max_configs=*/32);
   }
+  EXPECT_EQ(tally.refused, 0);
+  EXPECT_GT(tally.runs, 0);
+}
+
+// A bf16 out is each float accumulator rounded once, as FloatToBf16 rounds
+// (to nearest, ties to even), to the bit. With one product per output
+// (gmm's k = 1; tgmm's groups of one row) every accumulator is the float
+// product lhs x rhs, so every bit of out is known: values at, below and
+// above rounding ties with odd and even last bits, the largest finite
+// (which rounds to infinity; times 2 and more it overflows, and out is the
+// infinity of the exact product), subnormals, both signs; rhs powers of
+// two from 1 to 2^7 (no product underflows: a micro-kernel that multiplies
+// and then adds makes +0 of an underflow, one that fuses them -0). Rows of 37 columns (no vector width divides them), then
+// an out past 64 MiB (written around the cache), with each micro-kernel.
+TEST_P(GroupedMatmulTest, Bf16OutIsEachAccumulatorRoundedOnce) {
+  const bool gmm = kernel_->op() == "gmm";
+  const uint32_t kBits[] = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x3f800000u, 0x7f7fffffu,
+                            0x7f7f8000u, 0x7f7e8000u, 0x00000001u, 0x00408000u, 0x00418000u, 0x007fffffu,
+                            0x40490fdbu, 0x3eaaaaabu, 0x4b7fffffu, 0x01018000u};
+  auto value = [&](int64_t i) {
+    uint32_t bits = kBits[i % 16] | (i % 3 == 1 ? 0x80000000u : 0u);
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  };
+  auto scale = [](int64_t j) { return std::ldexp(1.0f, static_cast<int>(j % 8)) * (j % 5 == 2 ? -1.0f : 1.0f); };
+  const std::vector<NamedValues> configs = MicroConfigs(*kernel_);
+  Tally tally;
+  int64_t wrong = 0, checked = 0;
+  // gmm: m rows of one column, one group; out[i][j] = lhs[i] * rhs[j].
+  // tgmm: groups of one row; out[g][i][j] = lhs[i][g] * rhs[g][j].
+  for (const bool large : {false, true}) {
+    const int64_t rows = large ? (gmm ? 65537 : 1024) : 41, n = large ? 512 : 37;
+    const int64_t groups = gmm ? 1 : large ? (int64_t{64} << 20) / (2 * rows * n) + 1 : 16;
+    const int64_t m = gmm ? rows : groups;
+    std::vector<float> lhs(m * (gmm ? 1 : rows)), rhs((gmm ? 1 : m) * n);
+    for (size_t i = 0; i < lhs.size(); ++i) lhs[i] = value(static_cast<int64_t>(i));
+    for (size_t j = 0; j < rhs.size(); ++j) rhs[j] = scale(static_cast<int64_t>(j));
+    Case c;
+    c.values = {{"m", absl::StrCat(m)}, {"k", absl::StrCat(gmm ? 1 : rows)}, {"n", absl::StrCat(n)}};
+    c.options.inputs["group_sizes"] = I32(std::vector<int32_t>(groups, gmm ? static_cast<int32_t>(m) : 1));
+    c.options.inputs["lhs"] = gmm ? F32({m, 1}, lhs) : F32({rows, m}, lhs);
+    c.options.inputs["rhs"] = gmm ? F32({1, 1, n}, rhs) : F32({m, n}, rhs);
+    c.options.dtypes["out"] = DType::kBF16;
+    c.configs = configs;
+    CheckKernel(*kernel_, c, tally, 0, [&](int, size_t, const Problem& problem) {
+      const Tensor* out = Output(problem, "out");
+      ASSERT_NE(out, nullptr);
+      const uint16_t* got = out->data_as<uint16_t>();
+      for (int64_t e = 0; e < out->numel(); ++e) {
+        // gmm: (i, j) = (e / n, e % n); tgmm: (g, i, j) = (e / (rows n), e / n % rows, e % n).
+        const int64_t j = e % n;
+        const float product = (gmm ? lhs[e / n] * rhs[j] : lhs[(e / n % rows) * m + e / (rows * n)] * rhs[e / (rows * n) * n + j]);
+        ++checked;
+        if (got[e] != FloatToBf16(product) && wrong++ < 5) {
+          ADD_FAILURE() << kernel_->name() << " out element " << e << " (of " << out->numel() << "): 0x" << std::hex
+                        << got[e] << ", FloatToBf16(" << product << ") is 0x" << FloatToBf16(product) << std::dec;
+        }
+      }
+    });
+    if (HasFailure()) break;
+  }
+  EXPECT_EQ(wrong, 0) << "of " << checked;
   EXPECT_EQ(tally.refused, 0);
   EXPECT_GT(tally.runs, 0);
 }
