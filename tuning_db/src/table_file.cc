@@ -318,7 +318,7 @@ namespace {
 // once: a message's GetReflection() goes through its descriptors' one-time
 // set-up check on every call.
 bool HasUnknownFields(const tuning::Database& db) {
-  // The unknown fields of a message of type M.
+  // A test for unknown fields in messages of the prototype's type.
   auto unknown_in = [](const auto& prototype) {
     const google::protobuf::Reflection* r = prototype.GetReflection();
     return [r](const google::protobuf::Message& m) { return !r->GetUnknownFields(m).empty(); };
