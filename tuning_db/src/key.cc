@@ -1,5 +1,6 @@
 // Problem keys, trial identities and configurations as a table stores
-// them (kreg/lut.h: "Keys and configurations").
+// them (kreg/lut.h: "Keys and configurations"), and the walks over a
+// table's messages (valid UTF-8, unknown fields).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -124,6 +125,59 @@ void Sanitize(google::protobuf::Message* m) {
       }
     }
   }
+}
+
+// Whether any message of `db` holds fields this schema does not know. A
+// walk over the generated types, as protobuf's reflective
+// DiscardUnknownFields lists every field of every message (a sixth of a
+// load); Files.UnknownFieldsAreDroppedFromEveryMessage checks that the walk
+// reaches every message type of the schema. Each type's Reflection is taken
+// once: a message's GetReflection() goes through its descriptors' one-time
+// set-up check on every call.
+bool HasUnknownFields(const tuning::Database& db) {
+  // A test for unknown fields in messages of the prototype's type.
+  auto unknown_in = [](const auto& prototype) {
+    const google::protobuf::Reflection* r = prototype.GetReflection();
+    return [r](const google::protobuf::Message& m) { return !r->GetUnknownFields(m).empty(); };
+  };
+  const auto unknown_trial = unknown_in(tuning::Trial::default_instance());
+  const auto unknown_config = unknown_in(tuning::Config::default_instance());
+  const auto unknown_param = unknown_in(tuning::ParamValue::default_instance());
+  const auto unknown_list = unknown_in(tuning::IntList::default_instance());
+  const auto unknown_entry = unknown_in(tuning::Entry::default_instance());
+  const auto unknown_key = unknown_in(tuning::ProblemKey::default_instance());
+  const auto unknown_dim = unknown_in(tuning::Dim::default_instance());
+  auto trial_unknown = [&](const tuning::Trial& t) {
+    if (unknown_trial(t) || unknown_config(t.config())) return true;
+    for (const tuning::ParamValue& p : t.config().params()) {
+      if (unknown_param(p) || (p.has_list_value() && unknown_list(p.list_value()))) return true;
+    }
+    return false;
+  };
+  auto unknown = [](const google::protobuf::Message& m) {
+    return !m.GetReflection()->GetUnknownFields(m).empty();
+  };
+  if (unknown(db)) return true;
+  for (const tuning::Machine& m : db.machines()) {
+    if (unknown(m) || (m.has_gpu() && unknown(m.gpu()))) return true;
+  }
+  for (const tuning::CommModel& m : db.comm_models()) {
+    if (unknown(m)) return true;
+  }
+  for (const tuning::Entry& e : db.entries()) {
+    if (unknown_entry(e) || unknown_key(e.key())) return true;
+    for (const tuning::Dim& d : e.key().dims()) {
+      if (unknown_dim(d)) return true;
+    }
+    if ((e.has_best() && trial_unknown(e.best())) || (e.has_runner_up() && trial_unknown(e.runner_up()))) return true;
+    for (const tuning::Trial& t : e.trials()) {
+      if (trial_unknown(t)) return true;
+    }
+    for (const tuning::Trial& t : e.partial()) {
+      if (trial_unknown(t)) return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace tuning_db_internal

@@ -29,6 +29,9 @@ std::string TrialIdOf(const tuning::Trial& t);
 // to parse anything else, so one bad byte would make a whole table
 // unreadable).
 void Sanitize(google::protobuf::Message* m);
+// Whether any message of `db` holds fields this schema does not know (a
+// newer kreg's), which a load then drops.
+bool HasUnknownFields(const tuning::Database& db);
 
 // Whether a trial may win (OK, a finite median), and whether `a` ranks
 // before `b` as a winner (both eligible).
