@@ -24,9 +24,10 @@ skewed_sizes), and balanced m=8192, 8 equal groups; k=2048, n=1024. Per
 the kreg columns are left out where kreg's Python package is not on
 PYTHONPATH. Ratios: kreg out / loop, kreg / grouped.
 The loop's out is f32 for f32 inputs, bf16 for bf16 (torch.mm's out has
-its inputs' dtype). Each row's contestants run in turn, --rounds times
-(default 1), and each figure is the median of the rounds' medians. Median of --reps timed calls after two untimed ones;
-GFLOP/s = 2 * sum(sizes) * k * n / time.
+its inputs' dtype). Each contestant's figure is the median of --reps timed
+calls after two untimed ones; with --rounds R, a row's contestants run in
+turn R times and the median of the R medians is given. GFLOP/s =
+2 * sum(sizes) * k * n / time.
 """
 import argparse
 import re

@@ -32,6 +32,7 @@ using sdk::Fail;
 using sdk::Finish;
 using sdk::FloatToBf16;
 using sdk::Guarded;
+using sdk::HostIsa;
 using sdk::IsBf16;
 using sdk::Stride;
 

@@ -490,11 +490,6 @@ inline bool CopyF32Row(float* o, const float* c, int64_t n, bool stream) {
   return tail || _mm_movemask_epi8(bad) != 0;
 }
 
-// The ISA the host says its CPU has (KREG_ISA_*; KREG_ISA_MASK applied).
-inline uint32_t HostIsa(const kreg_host* host) {
-  return host != nullptr && KREG_HAS_FIELD(host, kreg_host, isa) ? host->isa : 0;
-}
-
 // Sixteen bf16 to o, around the cache where `stream` and o is on 32 bytes.
 __attribute__((target("avx2"))) inline void StoreBf16x16(uint16_t* o, __m256i bits, bool stream) {
   __m256i* to = reinterpret_cast<__m256i*>(o);
@@ -582,7 +577,7 @@ inline bool CopyBf16Row(uint16_t* o, const float* c, int64_t n, bool stream, uin
   const __m128i magnitude = _mm_set1_epi32(0x7fffffff);
   const __m128i round = _mm_set1_epi32(0x7fff);
   const __m128i one = _mm_set1_epi32(1);
-  const __m128i quiet = _mm_set1_epi32(0x40);
+  const __m128i quiet = _mm_set1_epi32(0x400000);
   __m128i bad = _mm_setzero_si128();
   // Four floats to their bf16 bits, each in the low half of a lane,
   // sign-extended (so that the pack below keeps every bit).
@@ -590,7 +585,7 @@ inline bool CopyBf16Row(uint16_t* o, const float* c, int64_t n, bool stream, uin
     bad = _mm_or_si128(bad, _mm_cmpeq_epi32(_mm_and_si128(u, exponent), exponent));
     const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, magnitude), exponent);
     const __m128i rounded = _mm_add_epi32(u, _mm_add_epi32(round, _mm_and_si128(_mm_srli_epi32(u, 16), one)));
-    const __m128i quieted = _mm_or_si128(u, _mm_slli_epi32(quiet, 16));
+    const __m128i quieted = _mm_or_si128(u, quiet);
     const __m128i r = _mm_or_si128(_mm_and_si128(nan, quieted), _mm_andnot_si128(nan, rounded));
     return _mm_srai_epi32(r, 16);
   };
@@ -618,7 +613,7 @@ inline bool CopyBf16Row(uint16_t* o, const float* c, int64_t n, bool stream, uin
 // Stores a task's rows into out rows out_row(i) (+ existing_row(i) when not
 // NULL); a non-finite accumulator is replaced by exact(i, j), the
 // reference's double sum (see the top). `stream`: rows without existing_out
-// go around the cache (kStreamOutBytes); `isa`: HostIsa's (so that
+// go around the cache (kStreamOutBytes); `isa`: sdk::HostIsa's (so that
 // KREG_ISA_MASK holds here too).
 template <typename OutRow, typename ExistingRow, typename Exact>
 void StoreTask(const Task& task, const float* c, int64_t ldc, bool out_bf16, bool stream, uint32_t isa,

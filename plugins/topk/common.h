@@ -30,6 +30,7 @@ using sdk::Cancelled;
 using sdk::Fail;
 using sdk::Finish;
 using sdk::Guarded;
+using sdk::HostIsa;
 
 // A typed view of a topk call's kreg_args (see op.cc for the contract):
 // plugin-private, built per call by MakeTopKArgs. Absent optional tensors

@@ -643,7 +643,7 @@ kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* h
                 size_t cap) {
   const bool bf16 = IsBf16(a);
   // AVX2 and AVX-512 only speed up the scans; the variant itself needs no ISA.
-  const uint32_t isa = host != nullptr && KREG_HAS_FIELD(host, kreg_host, isa) ? host->isa : 0;
+  const uint32_t isa = HostIsa(host);
   const RadixConfig cfg = {
       .first_bits = static_cast<int>(Param(config, 0).value),
       .round_bits = static_cast<int>(Param(config, 1).value),

@@ -113,6 +113,12 @@ inline uint16_t FloatToBf16(float f) {
 
 // ---- Devices ---------------------------------------------------------------------
 
+// The ISA the host says this CPU has (KREG_ISA_* bits, KREG_ISA_MASK
+// applied); 0 from a host too old to say.
+inline uint32_t HostIsa(const kreg_host* host) {
+  return host != nullptr && KREG_HAS_FIELD(host, kreg_host, isa) ? host->isa : 0;
+}
+
 // The CUDA device the host handed a kernel, or nullptr with the reason in
 // msg (a CUDA kernel run without one).
 inline const kreg_device* CudaDevice(const kreg_host* host, const char* kernel, char* msg, size_t cap) {

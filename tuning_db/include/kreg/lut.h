@@ -293,7 +293,6 @@ class TuningDb {
   class Ids {
    public:
     const std::string& operator[](int i) const { return ids_[i]; }
-    int size() const { return static_cast<int>(ids_.size()); }
     int Find(absl::string_view id) const;  // -1 if absent
     void Add(std::string id);              // REQUIRES: Find(id) < 0
 
