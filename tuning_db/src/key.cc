@@ -131,9 +131,10 @@ void Sanitize(google::protobuf::Message* m) {
 // walk over the generated types, as protobuf's reflective
 // DiscardUnknownFields lists every field of every message (a sixth of a
 // load); Files.UnknownFieldsAreDroppedFromEveryMessage checks that the walk
-// reaches every message type of the schema. Each type's Reflection is taken
-// once: a message's GetReflection() goes through its descriptors' one-time
-// set-up check on every call.
+// reaches every message type of the schema. The entries' types take their
+// Reflection once (the few top-level messages ask their own): a message's
+// GetReflection() goes through its descriptors' one-time set-up check on
+// every call.
 bool HasUnknownFields(const tuning::Database& db) {
   // A test for unknown fields in messages of the prototype's type.
   auto unknown_in = [](const auto& prototype) {
