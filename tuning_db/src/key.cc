@@ -2,6 +2,7 @@
 // them (kreg/lut.h: "Keys and configurations"), and the walks over a
 // table's messages (valid UTF-8, unknown fields).
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "kreg/lut.h"
 #include "kreg/text.h"
+#include "oneapi/tbb/blocked_range.h"
+#include "oneapi/tbb/parallel_for.h"
 #include "tuning_db_internal.h"
 
 namespace kreg {
@@ -165,7 +168,7 @@ bool HasUnknownFields(const tuning::Database& db) {
   for (const tuning::CommModel& m : db.comm_models()) {
     if (unknown(m)) return true;
   }
-  for (const tuning::Entry& e : db.entries()) {
+  auto entry_unknown = [&](const tuning::Entry& e) {
     if (unknown_entry(e) || unknown_key(e.key())) return true;
     for (const tuning::Dim& d : e.key().dims()) {
       if (unknown_dim(d)) return true;
@@ -177,8 +180,16 @@ bool HasUnknownFields(const tuning::Database& db) {
     for (const tuning::Trial& t : e.partial()) {
       if (trial_unknown(t)) return true;
     }
-  }
-  return false;
+    return false;
+  };
+  // The entries on every core (Reflection is safe to share).
+  std::atomic<bool> found{false};
+  tbb::parallel_for(tbb::blocked_range<int>(0, db.entries_size(), 256), [&](const tbb::blocked_range<int>& r) {
+    for (int i = r.begin(); i < r.end() && !found.load(std::memory_order_relaxed); ++i) {
+      if (entry_unknown(db.entries(i))) found.store(true, std::memory_order_relaxed);
+    }
+  });
+  return found.load();
 }
 
 }  // namespace tuning_db_internal

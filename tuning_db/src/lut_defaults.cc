@@ -13,6 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "oneapi/tbb/blocked_range.h"
+#include "oneapi/tbb/parallel_for.h"
+#include "oneapi/tbb/parallel_sort.h"
 #include "lut_internal.h"
 
 namespace kreg {
@@ -151,14 +154,6 @@ void Lut::Impl::AddMachines(const tuning::Database& proto) {
 
 // ---- Measured defaults --------------------------------------------------------------
 
-uint32_t Lut::Impl::InternFew(absl::string_view text) {
-  for (uint32_t i = 0; i < strings.size(); ++i) {
-    if (strings[i] == text) return i;
-  }
-  strings.emplace_back(text);
-  return static_cast<uint32_t>(strings.size() - 1);
-}
-
 std::vector<std::string> Lut::Impl::DefaultPreference() const {
   std::vector<std::string> preference = {HostMachine().id};
   if (auto it = similar.find(HostMachine().id); it != similar.end()) {
@@ -177,35 +172,51 @@ void Lut::Impl::AddMeasuredDefaults(const tuning::Database& proto, const Kernels
     return at == preference.end() ? preference.size() : static_cast<size_t>(at - preference.begin());
   };
   // Entries per shape (op, dtype signature, data class, canonical dims),
-  // shapes in the order of that text, entries in the table's.
-  std::vector<std::pair<std::string, int>> by_shape;
-  by_shape.reserve(proto.entries_size());
-  for (int i = 0; i < proto.entries_size(); ++i) {
-    const tuning::Entry& e = proto.entries(i);
-    const OpEntry* op = FindOp(e.key().op());
-    if (op == nullptr || op->FindTypes(e.key().dtype()) == nullptr || e.key().machine_id() == kMeasuredDefaultsId ||
-        IsGpuMachineId(e.key().machine_id())) {
-      continue;  // GPUs' entries neither: their defaults are the op's CUDA kernels
+  // shapes in the order of that text, entries in the table's. Shapes and
+  // their items are made on every core (they only read the table and the
+  // entries' items); the items join the Lut in shape order after.
+  std::vector<std::pair<std::string, int>> by_shape(proto.entries_size());
+  tbb::parallel_for(tbb::blocked_range<int>(0, proto.entries_size(), 256), [&](const tbb::blocked_range<int>& r) {
+    for (int i = r.begin(); i < r.end(); ++i) {
+      const tuning::Entry& e = proto.entries(i);
+      const OpEntry* op = FindOp(e.key().op());
+      if (op == nullptr || op->FindTypes(e.key().dtype()) == nullptr ||
+          e.key().machine_id() == kMeasuredDefaultsId || IsGpuMachineId(e.key().machine_id())) {
+        by_shape[i].second = -1;
+        continue;  // GPUs' entries neither: their defaults are the op's CUDA kernels
+      }
+      const uint32_t item = scratch->entry_item[i];
+      std::string shape = absl::StrCat(e.key().op(), "\x1f", e.key().dtype(), "\x1f", e.key().data_class(), "\x1f");
+      AppendDims(item != kNone ? items[item].dims : CanonicalDims(*op->op, KeyDims(e.key())), &shape);
+      by_shape[i] = {std::move(shape), i};
     }
-    const uint32_t item = scratch->entry_item[i];
-    std::string shape = absl::StrCat(e.key().op(), "\x1f", e.key().dtype(), "\x1f", e.key().data_class(), "\x1f");
-    AppendDims(item != kNone ? items[item].dims : CanonicalDims(*op->op, KeyDims(e.key())), &shape);
-    by_shape.emplace_back(std::move(shape), i);
-  }
-  std::stable_sort(by_shape.begin(), by_shape.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  const uint32_t machine = InternFew(kMeasuredDefaultsId);
-  std::vector<const tuning::Entry*> entries;
+  });
+  by_shape.erase(std::remove_if(by_shape.begin(), by_shape.end(), [](const auto& s) { return s.second < 0; }),
+                 by_shape.end());
+  // By text, then by entry: the table's order within a shape.
+  tbb::parallel_sort(by_shape.begin(), by_shape.end());
+  std::vector<std::pair<size_t, size_t>> shapes;  // [begin, end) of by_shape
   for (size_t begin = 0, end = 0; begin < by_shape.size(); begin = end) {
-    entries.clear();
     for (end = begin; end < by_shape.size() && by_shape[end].first == by_shape[begin].first; ++end) {
-      entries.push_back(&proto.entries(by_shape[end].second));
     }
-    const int first = by_shape[begin].second;
+    shapes.emplace_back(begin, end);
+  }
+  std::vector<Item> chosen(shapes.size());
+  // Each item's key: where the shape's first entry has an item, that
+  // item's key under kMeasuredDefaultsId (its dims are the same, so it
+  // shares their place in dim_names); else made when the item joins.
+  std::vector<Key> chosen_keys(shapes.size(), Key{kNone, 0, 0, 0, 0, 0});
+  const absl::flat_hash_map<std::string, uint32_t>& interned = scratch->interned;
+  tbb::parallel_for(size_t{0}, shapes.size(), [&](size_t s) {
+    std::vector<const tuning::Entry*> entries;
+    for (size_t at = shapes[s].first; at < shapes[s].second; ++at) {
+      entries.push_back(&proto.entries(by_shape[at].second));
+    }
+    const int first = by_shape[shapes[s].first].second;
     const tuning::ProblemKey& key = proto.entries(first).key();
     const OpEntry& op = *FindOp(key.op());
     std::vector<MeasuredOn> measured = Measure(entries, by_name);
-    if (measured.empty()) continue;
+    if (measured.empty()) return;
     std::sort(measured.begin(), measured.end(), [&](const MeasuredOn& a, const MeasuredOn& b) {
       return rank_of(a.entry->key().machine_id()) < rank_of(b.entry->key().machine_id()) ||
              (rank_of(a.entry->key().machine_id()) == rank_of(b.entry->key().machine_id()) &&
@@ -226,15 +237,44 @@ void Lut::Impl::AddMeasuredDefaults(const tuning::Database& proto, const Kernels
       return own;
     };
     if (item == kNone) make();
-    if (!own_status.ok()) continue;
-    AddMeasuredDefault(key, dims, make, measured, Score(measured), *scratch, machine);
+    if (!own_status.ok()) return;
+    chosen[s] = MeasuredDefault(dims, make, measured, Score(measured), *scratch);
+    if (chosen[s].kernel == nullptr) return;
+    // Interned already where an entry answered with the variant.
+    if (auto it = interned.find(chosen[s].trial->variant()); it != interned.end()) chosen[s].variant = it->second;
+    if (item != kNone) chosen_keys[s] = keys[item];
+  });
+  const uint32_t machine = Intern(kMeasuredDefaultsId, &scratch->interned);
+  items.reserve(items.size() + shapes.size());
+  keys.reserve(keys.size() + shapes.size());
+  for (size_t s = 0; s < shapes.size(); ++s) {
+    Item& item = chosen[s];
+    if (item.kernel == nullptr) continue;
+    if (item.variant == kNone) item.variant = Intern(item.trial->variant(), &scratch->interned);
+    Key& key = chosen_keys[s];
+    if (key.op == kNone) {
+      const tuning::ProblemKey& shape_key = proto.entries(by_shape[shapes[s].first].second).key();
+      key = Key{Intern(shape_key.op(), &scratch->interned),
+                Intern(shape_key.dtype(), &scratch->interned),
+                0,
+                Intern(shape_key.data_class(), &scratch->interned),
+                static_cast<uint32_t>(dim_names.size()),
+                static_cast<uint32_t>(item.dims.size())};
+      for (const auto& [name, value] : item.dims) {
+        dim_names.push_back(Intern(name, &scratch->interned));
+        dim_values.push_back(value);
+      }
+    }
+    key.machine = machine;
+    keys.push_back(key);
+    items.push_back(std::move(item));
   }
 }
 
-void Lut::Impl::AddMeasuredDefault(const tuning::ProblemKey& shape_key, const Dims& dims,
-                                   const std::function<const ShapeArgs&()>& own,
-                                   const std::vector<MeasuredOn>& measured, const std::vector<VariantScore>& scores,
-                                   const lut_internal::BuildScratch& scratch, uint32_t machine) {
+Lut::Impl::Item Lut::Impl::MeasuredDefault(const Dims& dims, const std::function<const ShapeArgs&()>& own,
+                                           const std::vector<MeasuredOn>& measured,
+                                           const std::vector<VariantScore>& scores,
+                                           const lut_internal::BuildScratch& scratch) {
   // The best-scored variant with a configuration legal for the shape,
   // from the most similar machine that measured it.
   for (const VariantScore& score : scores) {
@@ -265,25 +305,13 @@ void Lut::Impl::AddMeasuredDefault(const tuning::ProblemKey& shape_key, const Di
       break;
     }
     if (item.kernel == nullptr) continue;
-    item.variant = InternFew(item.trial->variant());
     item.dims = dims;
     item.mean_slowdown = std::exp(score.log_ratio);
     item.measured_on = static_cast<uint32_t>(score.count);
     item.measured_of = static_cast<uint32_t>(measured.size());
-    Key key{InternFew(shape_key.op()),
-            InternFew(shape_key.dtype()),
-            machine,
-            InternFew(shape_key.data_class()),
-            static_cast<uint32_t>(dim_names.size()),
-            static_cast<uint32_t>(item.dims.size())};
-    for (const auto& [name, value] : item.dims) {
-      dim_names.push_back(InternFew(name));
-      dim_values.push_back(value);
-    }
-    keys.push_back(key);
-    items.push_back(std::move(item));
-    break;
+    return item;
   }
+  return Item();
 }
 
 std::string Lut::Impl::Note(const Item& item) const {

@@ -12,6 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lut_internal.h"
+#include "oneapi/tbb/blocked_range.h"
+#include "oneapi/tbb/parallel_for.h"
+#include "oneapi/tbb/parallel_invoke.h"
 
 namespace kreg {
 
@@ -47,8 +50,8 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry, con
   impl->AddEntries(proto, by_name, &scratch);
   impl->AddMachines(proto);
   impl->AddMeasuredDefaults(proto, by_name, &scratch);
-  impl->IndexExact();
-  impl->IndexGroups();
+  // The two indexes share nothing but the items they read.
+  tbb::parallel_invoke([&] { impl->IndexExact(); }, [&] { impl->IndexGroups(); });
   return Lut(std::move(impl));
 }
 
@@ -90,27 +93,60 @@ uint32_t Lut::Impl::Intern(absl::string_view s, absl::flat_hash_map<std::string,
 }
 
 void Lut::Impl::AddEntries(const tuning::Database& proto, const KernelsByName& by_name, BuildScratch* scratch) {
-  // One item per entry, answering from its fastest usable trial.
-  items.reserve(proto.entries_size());
-  keys.reserve(proto.entries_size());
-  scratch->entry_item.assign(proto.entries_size(), kNone);
-  scratch->own_shape_ok.assign(proto.entries_size(), false);
+  // One item per entry, answering from its fastest usable trial. Each
+  // entry's op and tensor types are found in table order (a dtype
+  // signature is parsed where it first appears); its item is worked out on
+  // every core (PrepareEntry reads only the entry and the registry); the
+  // items then join the Lut in table order (JoinEntry), so the strings,
+  // warnings and answers are those of one pass in order.
+  const int n = proto.entries_size();
+  items.reserve(n);
+  keys.reserve(n);
+  scratch->entry_item.assign(n, kNone);
+  scratch->own_shape_ok.assign(n, false);
   std::vector<std::pair<std::string, int>> unknown_ops;  // op -> entries, first seen first
-  for (int i = 0; i < proto.entries_size(); ++i) {
-    const tuning::Entry& e = proto.entries(i);
-    const std::string& op_name = e.key().op();
-    auto found = std::find_if(ops.begin(), ops.end(), [&](const OpEntry& o) { return o.op->name() == op_name; });
+  std::vector<OpEntry*> op_of(n, nullptr);
+  std::vector<int> types_of(n, -1);  // in op_of's types; -1 where the op refuses the signature
+  std::vector<PreparedEntry> prepared(n);
+  for (int i = 0; i < n; ++i) {
+    const tuning::ProblemKey& key = proto.entries(i).key();
+    auto found = std::find_if(ops.begin(), ops.end(), [&](const OpEntry& o) { return o.op->name() == key.op(); });
     if (found == ops.end()) {
       auto it = std::find_if(unknown_ops.begin(), unknown_ops.end(),
-                             [&](const auto& u) { return u.first == op_name; });
+                             [&](const auto& u) { return u.first == key.op(); });
       if (it == unknown_ops.end()) {
-        unknown_ops.emplace_back(op_name, 1);
+        unknown_ops.emplace_back(key.op(), 1);
       } else {
         ++it->second;
       }
       continue;
     }
-    AddEntry(i, e, &*found, by_name, scratch);
+    op_of[i] = &*found;
+    for (size_t t = 0; t < found->types.size() && types_of[i] < 0; ++t) {
+      if (lut_internal::Eq(found->types[t].first, key.dtype())) types_of[i] = static_cast<int>(t);
+    }
+    if (types_of[i] >= 0) continue;
+    absl::StatusOr<TensorTypes> parsed = found->op->TypesFromKey(key.dtype());
+    if (!parsed.ok()) {
+      prepared[i].warnings.push_back(absl::StrCat(KeyString(key), ": ", parsed.status().message(), "; entry skipped"));
+      continue;
+    }
+    types_of[i] = static_cast<int>(found->types.size());
+    found->types.emplace_back(key.dtype(), *std::move(parsed));
+  }
+  tbb::parallel_for(tbb::blocked_range<int>(0, n, 64), [&](const tbb::blocked_range<int>& r) {
+    for (int i = r.begin(); i < r.end(); ++i) {
+      if (types_of[i] < 0) continue;
+      PrepareEntry(proto.entries(i), *op_of[i]->op, op_of[i]->types[types_of[i]].second, by_name, &prepared[i]);
+    }
+  });
+  for (int i = 0; i < n; ++i) {
+    if (op_of[i] == nullptr) continue;
+    if (types_of[i] < 0) {
+      warnings.push_back(std::move(prepared[i].warnings.front()));
+      continue;
+    }
+    JoinEntry(i, proto.entries(i), &prepared[i], scratch);
   }
   for (const auto& [op, count] : unknown_ops) {
     warnings.push_back(absl::StrCat("op '", op, "' is not registered (no loaded plugin declares it): ", count,
@@ -118,11 +154,9 @@ void Lut::Impl::AddEntries(const tuning::Database& proto, const KernelsByName& b
   }
 }
 
-void Lut::Impl::AddEntry(int index, const tuning::Entry& e, OpEntry* op_entry, const KernelsByName& by_name,
-                         BuildScratch* scratch) {
-  const std::string& op_name = e.key().op();
-  const Op& op = *op_entry->op;
-  Item item;
+void Lut::Impl::PrepareEntry(const tuning::Entry& e, const Op& op, const TensorTypes& types,
+                             const KernelsByName& by_name, PreparedEntry* p) {
+  Item& item = p->item;
   item.dims = CanonicalDims(op, KeyDims(e.key()));
   // The key's text is made when needed (KeyText) unless its dims are not
   // in canonical order, when it cannot be made from the compact key.
@@ -132,29 +166,6 @@ void Lut::Impl::AddEntry(int index, const tuning::Entry& e, OpEntry* op_entry, c
   }
   if (!canonical || e.key().machine_id() == kMeasuredDefaultsId) item.key_text = KeyString(e.key());
   item.incomplete = e.incomplete();
-  const TensorTypes* types = op_entry->FindTypes(e.key().dtype());
-  if (types == nullptr) {
-    absl::StatusOr<TensorTypes> parsed = op.TypesFromKey(e.key().dtype());
-    if (!parsed.ok()) {
-      warnings.push_back(absl::StrCat(KeyString(e.key()), ": ", parsed.status().message(), "; entry skipped"));
-      return;
-    }
-    // Valid for this entry (the vector may move for the next one).
-    op_entry->types.emplace_back(e.key().dtype(), *std::move(parsed));
-    types = &op_entry->types.back().second;
-  }
-  absl::flat_hash_map<std::string, uint32_t>* interned = &scratch->interned;
-  Key key{Intern(op_name, interned),
-          Intern(e.key().dtype(), interned),
-          Intern(e.key().machine_id(), interned),
-          Intern(e.key().data_class(), interned),
-          static_cast<uint32_t>(dim_names.size()),
-          static_cast<uint32_t>(item.dims.size())};
-  for (const auto& [name, value] : item.dims) {
-    dim_names.push_back(Intern(name, interned));
-    dim_values.push_back(value);
-  }
-
   std::vector<const tuning::Trial*> trials;
   for (const tuning::Trial& t : e.trials()) {
     if (t.status() == tuning::Trial::OK && std::isfinite(t.median_ns())) trials.push_back(&t);
@@ -165,34 +176,77 @@ void Lut::Impl::AddEntry(int index, const tuning::Entry& e, OpEntry* op_entry, c
                      return a->median_ns() < b->median_ns();
                    });
   ShapeArgs own;
-  const absl::Status own_shape = MakeShape(op, *types, item.dims, &own);
-  scratch->own_shape_ok[index] = own_shape.ok();
-  if (!own_shape.ok()) {
-    warnings.push_back(absl::StrCat(KeyText(key, item), ": ", own_shape.message(), "; entry skipped"));
-  }
+  const absl::Status own_shape = MakeShape(op, types, item.dims, &own);
+  p->own_shape_ok = own_shape.ok();
+  // What KeyText will say of the item: its key's KeyString.
+  const std::string text = item.key_text.empty() ? KeyString(e.key()) : item.key_text;
+  if (!own_shape.ok()) p->warnings.push_back(absl::StrCat(text, ": ", own_shape.message(), "; entry skipped"));
   // The fastest trial's staleness, if it was.
-  const std::string stale = ChooseTrials(op_name, key, trials, by_name, own, own_shape,
-                                         IsGpuMachineId(e.key().machine_id()), &item, scratch);
+  const std::string stale =
+      ChooseTrials(e.key().op(), text, trials, by_name, own, own_shape, IsGpuMachineId(e.key().machine_id()), p);
   if (item.kernel != nullptr) {
     item.problem.clear();
-    ++usable;
     if (!stale.empty()) {
-      warnings.push_back(absl::StrCat(stale, "; answering from ", item.kernel->name(), " v",
-                                      item.trial->variant_version(), " instead"));
+      p->warnings.push_back(absl::StrCat(stale, "; answering from ", item.kernel->name(), " v",
+                                         item.trial->variant_version(), " instead"));
     }
   } else {
-    if (trials.empty()) item.problem = absl::StrCat(KeyText(key, item), ": no OK trial");
-    if (!stale.empty()) warnings.push_back(absl::StrCat(stale, "; entry skipped"));
+    if (trials.empty()) item.problem = absl::StrCat(text, ": no OK trial");
+    if (!stale.empty()) p->warnings.push_back(absl::StrCat(stale, "; entry skipped"));
   }
+}
+
+void Lut::Impl::JoinEntry(int index, const tuning::Entry& e, PreparedEntry* p, BuildScratch* scratch) {
+  Item& item = p->item;
+  // Most entries share their strings with the entry before: its ids are
+  // tried before the map.
+  const Key* before = keys.empty() ? nullptr : &keys.back();
+  const Item* item_before = items.empty() ? nullptr : &items.back();
+  auto intern = [&](absl::string_view s, uint32_t id_before) {
+    return id_before != kNone && lut_internal::Eq(strings[id_before], s) ? id_before
+                                                                         : Intern(s, &scratch->interned);
+  };
+  Key key{intern(e.key().op(), before ? before->op : kNone),
+          intern(e.key().dtype(), before ? before->dtype : kNone),
+          intern(e.key().machine_id(), before ? before->machine : kNone),
+          intern(e.key().data_class(), before ? before->data_class : kNone),
+          static_cast<uint32_t>(dim_names.size()),
+          static_cast<uint32_t>(item.dims.size())};
+  for (size_t d = 0; d < item.dims.size(); ++d) {
+    const bool has_before = before != nullptr && d < before->dims_count;
+    dim_names.push_back(intern(item.dims[d].first, has_before ? dim_names[before->dims_begin + d] : kNone));
+    dim_values.push_back(item.dims[d].second);
+  }
+  scratch->own_shape_ok[index] = p->own_shape_ok;
+  for (auto& [trial, checked] : p->checked) scratch->checked.try_emplace(trial, std::move(checked));
+  if (item.kernel != nullptr) {
+    ++usable;
+    item.variant = intern(p->winner_variant, item_before != nullptr ? item_before->variant : kNone);
+    item.ranked_begin = static_cast<uint32_t>(trial_ranks.size());
+    item.ranked_count = static_cast<uint32_t>(p->ranked.size());
+    trial_ranks.insert(trial_ranks.end(), p->ranked.begin(), p->ranked.end());
+    item.slowdowns_begin = static_cast<uint32_t>(slowdowns.size());
+    item.slowdowns_count = static_cast<uint32_t>(p->slowdowns.size());
+    for (size_t v = 0; v < p->slowdowns.size(); ++v) {
+      // The entry before's variants, likely in the same order.
+      const bool has_before = item_before != nullptr && item_before->kernel != nullptr &&
+                              v < item_before->slowdowns_count;
+      slowdowns.emplace_back(
+          intern(p->slowdowns[v].first, has_before ? slowdowns[item_before->slowdowns_begin + v].first : kNone),
+          p->slowdowns[v].second);
+    }
+  }
+  for (std::string& w : p->warnings) warnings.push_back(std::move(w));
   scratch->entry_item[index] = static_cast<uint32_t>(items.size());
   keys.push_back(key);
   items.push_back(std::move(item));
 }
 
-std::string Lut::Impl::ChooseTrials(const std::string& op_name, const Key& key,
+std::string Lut::Impl::ChooseTrials(const std::string& op_name, absl::string_view text,
                                     const std::vector<const tuning::Trial*>& trials,
                                     const KernelsByName& by_name, const ShapeArgs& own,
-                                    const absl::Status& own_shape, bool on_gpu, Item* item, BuildScratch* scratch) {
+                                    const absl::Status& own_shape, bool on_gpu, PreparedEntry* p) {
+  Item* item = &p->item;
   std::string stale;
   // Thread counts measured (past the fastest, looked for only when the
   // entry has measurements on chosen thread counts).
@@ -219,65 +273,61 @@ std::string Lut::Impl::ChooseTrials(const std::string& op_name, const Key& key,
     std::string problem;
     auto it = by_name.find(name);
     if (it == by_name.end()) {
-      problem = absl::StrCat(KeyText(key, *item), ": ", name, " is not registered");
+      problem = absl::StrCat(text, ": ", name, " is not registered");
     } else if (it->second->version() != t.variant_version()) {
-      problem = absl::StrCat("stale entry ", KeyText(key, *item), ": ", name, " v", t.variant_version(),
-                             " was tuned, v", it->second->version(), " is loaded");
+      problem = absl::StrCat("stale entry ", text, ": ", name, " v", t.variant_version(), " was tuned, v",
+                             it->second->version(), " is loaded");
       if (i == 0) stale = problem;
     } else if (on_gpu != (it->second->device() == KREG_DEVICE_CUDA)) {
       // A GPU's entry answers with its CUDA kernels, a CPU's with the others.
-      problem = absl::StrCat(KeyText(key, *item), ": ", name, on_gpu ? " does not run on a GPU" : " runs on a GPU");
+      problem = absl::StrCat(text, ": ", name, on_gpu ? " does not run on a GPU" : " runs on a GPU");
     } else if (!on_gpu && !it->second->available()) {
-      problem = absl::StrCat(KeyText(key, *item), ": ", name, " needs ",
-                             IsaString(it->second->required_isa() & ~CpuIsa()), ", which this CPU lacks");
+      problem = absl::StrCat(text, ": ", name, " needs ", IsaString(it->second->required_isa() & ~CpuIsa()),
+                             ", which this CPU lacks");
     } else if (!own_shape.ok()) {
-      problem = absl::StrCat(KeyText(key, *item), ": ", own_shape.message());
+      problem = absl::StrCat(text, ": ", own_shape.message());
     } else {
       absl::StatusOr<Config> config = FromProtoConfig(*it->second, t.config());
       absl::Status legal = config.ok() ? Legal(*it->second, *config, own) : config.status();
-      auto checked = scratch->checked.try_emplace(
-          &t, lut_internal::BuildScratch::Checked{legal.ok() ? std::optional<Config>(*config) : std::nullopt}).first;
+      p->checked.emplace_back(
+          &t, lut_internal::BuildScratch::Checked{legal.ok() ? std::optional<Config>(*config) : std::nullopt});
       if (legal.ok() && item->kernel == nullptr) {
         winner = &t;
         item->kernel = it->second.get();
         item->config = *config;
         item->trial = copy(&t);
         item->threads = t.threads();
-        checked->second.copy = item->trial;
+        p->checked.back().second.copy = item->trial;
       }
       if (legal.ok() && !counts.empty()) {
         item->on_threads.push_back({t.threads(), it->second.get(), *std::move(config), copy(&t)});
       } else if (!legal.ok()) {
-        problem = absl::StrCat(KeyText(key, *item), ": ", name, " ", ConfigText(t.config()), ": ", legal.message());
+        problem = absl::StrCat(text, ": ", name, " ", ConfigText(t.config()), ": ", legal.message());
       }
     }
     if (item->problem.empty()) item->problem = std::move(problem);
   }
-  if (item->kernel != nullptr) RankTrials(trials, winner, item, scratch);
+  if (item->kernel != nullptr) RankTrials(trials, winner, p);
   return stale;
 }
 
-void Lut::Impl::RankTrials(const std::vector<const tuning::Trial*>& trials, const tuning::Trial* winner, Item* item,
-                           BuildScratch* scratch) {
-  item->variant = Intern(winner->variant(), &scratch->interned);
+void Lut::Impl::RankTrials(const std::vector<const tuning::Trial*>& trials, const tuning::Trial* winner,
+                           PreparedEntry* p) {
+  Item* item = &p->item;
+  p->winner_variant = winner->variant();
   item->trial_hash = absl::HashOf(TrialId(*winner));
   const double fastest = trials.front()->median_ns();
-  item->ranked_begin = static_cast<uint32_t>(trial_ranks.size());
-  item->slowdowns_begin = static_cast<uint32_t>(slowdowns.size());
   for (const tuning::Trial* t : trials) {
     const float slower = static_cast<float>(std::log2(std::max(1.0, t->median_ns() / std::max(fastest, 1e-9))));
-    if (trial_ranks.size() - item->ranked_begin < kRankedTrials) {
-      trial_ranks.emplace_back(t == winner ? item->trial_hash : absl::HashOf(TrialId(*t)), slower);
+    if (p->ranked.size() < kRankedTrials) {
+      p->ranked.emplace_back(t == winner ? item->trial_hash : absl::HashOf(TrialId(*t)), slower);
     }
-    const uint32_t variant = Intern(t->variant(), &scratch->interned);
-    if (std::none_of(slowdowns.begin() + item->slowdowns_begin, slowdowns.end(),
-                     [&](const auto& v) { return v.first == variant; })) {
-      slowdowns.emplace_back(variant, slower);
+    if (std::none_of(p->slowdowns.begin(), p->slowdowns.end(),
+                     [&](const auto& v) { return v.first == t->variant(); })) {
+      p->slowdowns.emplace_back(t->variant(), slower);
     }
   }
-  item->ranked_count = static_cast<uint32_t>(trial_ranks.size() - item->ranked_begin);
-  item->slowdowns_count = static_cast<uint32_t>(slowdowns.size() - item->slowdowns_begin);
-  std::sort(trial_ranks.begin() + item->ranked_begin, trial_ranks.end());
+  std::sort(p->ranked.begin(), p->ranked.end());
 }
 
 void Lut::Impl::IndexExact() {
@@ -336,7 +386,9 @@ void Lut::Impl::IndexGroups() {
     previous = i;
     previous_group = it->second;
   }
-  for (Group& g : groups) {
+  // Each group's tree on its own: they share nothing.
+  tbb::parallel_for(size_t{0}, groups.size(), [&](size_t i) {
+    Group& g = groups[i];
     const size_t d = g.names.size();
     g.coords.resize(g.items.size() * d);
     for (size_t p = 0; p < g.items.size(); ++p) {
@@ -348,7 +400,7 @@ void Lut::Impl::IndexGroups() {
       }
     }
     BuildTree(&g, g.coords, d, 0, static_cast<uint32_t>(g.items.size()), 0);
-  }
+  });
 }
 
 }  // namespace kreg

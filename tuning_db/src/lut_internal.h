@@ -516,28 +516,42 @@ struct Lut::Impl {
   // One item per entry of an op `ops` holds, answering from its fastest
   // usable trial; a warning per op it does not.
   void AddEntries(const tuning::Database& proto, const KernelsByName& by_name, lut_internal::BuildScratch* scratch);
-  // Entry `index` of the table, `e`.
-  void AddEntry(int index, const tuning::Entry& e, OpEntry* op_entry, const KernelsByName& by_name,
-                lut_internal::BuildScratch* scratch);
+  // What PrepareEntry works out for an entry before JoinEntry adds it: its
+  // item less what is interned (variant, key, rankings' places), what it
+  // records in BuildScratch, its warnings in order.
+  struct PreparedEntry {
+    Item item;
+    bool own_shape_ok = false;
+    std::vector<std::pair<const tuning::Trial*, lut_internal::BuildScratch::Checked>> checked;
+    absl::string_view winner_variant;
+    std::vector<std::pair<uint64_t, float>> ranked;              // as in trial_ranks, sorted
+    std::vector<std::pair<absl::string_view, float>> slowdowns;  // by variant, first seen first
+    std::vector<std::string> warnings;
+  };
+  // Entry `e` of op `op` with the tensor types of its dtype signature.
+  // Reads only the entry and the registry, and allocates only on `arena`:
+  // safe to call on several threads at once.
+  void PrepareEntry(const tuning::Entry& e, const Op& op, const TensorTypes& types, const KernelsByName& by_name,
+                    PreparedEntry* p);
+  // Adds entry `index` of the table, `e`, as PrepareEntry made it.
+  void JoinEntry(int index, const tuning::Entry& e, PreparedEntry* p, lut_internal::BuildScratch* scratch);
   // The index of `s` in `strings`, added if new (`interned` maps them).
   uint32_t Intern(absl::string_view s, absl::flat_hash_map<std::string, uint32_t>* interned);
-  // Points `item` at the fastest of `trials` (sorted, fastest first) whose
+  // Points p->item at the fastest of `trials` (sorted, fastest first) whose
   // kernel is registered at the trial's version, runs on the entry's
   // machine (a GPU's entry: CUDA kernels only; a CPU's: the others, which
   // this CPU has the ISA for) and is legal for the entry's own shape `own`
   // (`own_shape` says whether there is one); and, when the trials were
   // measured on several thread counts, the fastest such on each (their
-  // copies on `arena`). The first problem met is item->problem; each
-  // configuration checked is recorded in scratch->checked. Returns why the
-  // fastest trial is stale, or "".
-  std::string ChooseTrials(const std::string& op_name, const Key& key,
-                           const std::vector<const tuning::Trial*>& trials,
-                           const KernelsByName& by_name, const ShapeArgs& own, const absl::Status& own_shape,
-                           bool on_gpu, Item* item, lut_internal::BuildScratch* scratch);
-  // The item's rankings for Consensus (trial_ranks, slowdowns, trial_hash),
+  // copies on `arena`). The first problem met is item.problem, each naming
+  // the entry as `text`; each configuration checked is recorded in
+  // p->checked. Returns why the fastest trial is stale, or "".
+  std::string ChooseTrials(const std::string& op_name, absl::string_view text,
+                           const std::vector<const tuning::Trial*>& trials, const KernelsByName& by_name,
+                           const ShapeArgs& own, const absl::Status& own_shape, bool on_gpu, PreparedEntry* p);
+  // The item's rankings for Consensus (p->ranked, p->slowdowns, trial_hash),
   // `winner` being the trial of `trials` it answers with.
-  void RankTrials(const std::vector<const tuning::Trial*>& trials, const tuning::Trial* winner, Item* item,
-                  lut_internal::BuildScratch* scratch);
+  void RankTrials(const std::vector<const tuning::Trial*>& trials, const tuning::Trial* winner, PreparedEntry* p);
   // The exact index (`exact`, `exact_next`) and the groups with their k-d
   // trees, over every item.
   void IndexExact();
@@ -551,24 +565,22 @@ struct Lut::Impl {
   // (see Lut::Build). Call after the entries' items, before the indexes.
   void AddMeasuredDefaults(const tuning::Database& proto, const KernelsByName& by_name,
                            lut_internal::BuildScratch* scratch);
-  // The item for one shape (`shape_key`'s op, dtype signature and data
-  // class; canonical `dims`; its shape-only arguments made by `own` when a
-  // configuration was not checked against it already): the best-scored
-  // variant with a configuration legal for the shape, from the most
-  // similar machine that measured it (`measured`, most similar first).
-  void AddMeasuredDefault(const tuning::ProblemKey& shape_key, const Dims& dims,
-                          const std::function<const ShapeArgs&()>& own,
-                          const std::vector<lut_internal::MeasuredOn>& measured,
-                          const std::vector<lut_internal::VariantScore>& scores,
-                          const lut_internal::BuildScratch& scratch, uint32_t machine);
+  // The item for one shape (canonical `dims`; its shape-only arguments
+  // made by `own` when a configuration was not checked against it
+  // already): the best-scored variant with a configuration legal for the
+  // shape, from the most similar machine that measured it (`measured`,
+  // most similar first); no kernel where none is. Its trial is on `arena`;
+  // its variant and key are the caller's to intern. Safe to call on
+  // several threads at once.
+  Item MeasuredDefault(const Dims& dims, const std::function<const ShapeArgs&()>& own,
+                       const std::vector<lut_internal::MeasuredOn>& measured,
+                       const std::vector<lut_internal::VariantScore>& scores,
+                       const lut_internal::BuildScratch& scratch);
   // A measured default's provenance ("topk/radix, 1.00x the best ...").
   std::string Note(const Item& item) const;
   // The machines a default's configuration is preferably taken from: this
   // one, then its similar ones.
   std::vector<std::string> DefaultPreference() const;
-  // The index of `text` in `strings` (few: ops, dtypes, dim names,
-  // machines), added if new.
-  uint32_t InternFew(absl::string_view text);
   // Why no measurement answered for `machine`: the start of LutAnswer::why.
   std::string WhyDefault(absl::string_view op_name, absl::string_view dtype, absl::string_view machine) const;
 };

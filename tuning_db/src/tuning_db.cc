@@ -48,8 +48,9 @@ void TuningDb::AddMachine(tuning::Machine machine) {
   *db_->add_machines() = std::move(machine);
 }
 
-int TuningDb::FindOrAddEntry(const tuning::ProblemKey& key, KeyStrings strings, tuning::ProblemKey* take) {
-  auto [it, added] = entries_.try_emplace(KeyId(key), db_->entries_size());
+int TuningDb::FindOrAddEntry(const tuning::ProblemKey& key, KeyStrings strings, tuning::ProblemKey* take,
+                             std::string id) {
+  auto [it, added] = entries_.try_emplace(id.empty() ? KeyId(key) : std::move(id), db_->entries_size());
   if (added) {
     tuning::ProblemKey* stored = db_->add_entries()->mutable_key();
     if (take != nullptr && take->GetArena() == stored->GetArena()) {

@@ -103,6 +103,38 @@ TEST(Recording, WinnersFollowTheTrials) {
   EXPECT_EQ(e->runner_up().median_ns(), 300);
 }
 
+// A table as Save writes it is kept as it is on load (its entries move
+// over whole; adopt.cc); one that repeats a key is merged record by record.
+// Both give the same table, and the same index for what is recorded next.
+TEST(Recording, ATableAsSavedLoadsAsTheSameTableAsOneMergedRecordByRecord) {
+  TuningDb db = SampleDb();
+  tuning::Trial partial = Radix(13, 6000);
+  partial.set_reps(3);
+  db.AddPartial(Key(8, 1000, 10), partial);
+  for (int t = 0; t < 20; ++t) {  // more trials than the ids' scan
+    tuning::Trial on = Sort("nth_element", 3000 + t);
+    on.set_threads(t + 1);
+    db.AddTrial(Key(16, 4096, 32), on);
+  }
+  tuning::Database repeated = db.proto();
+  *repeated.add_entries() = db.proto().entries(0);
+  repeated.set_entry_count(repeated.entries_size());
+  absl::StatusOr<TuningDb> kept = TuningDb::FromProto(db.proto());
+  absl::StatusOr<TuningDb> merged = TuningDb::FromProto(repeated);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  ExpectSame(db, *kept);
+  ExpectSame(db, *merged);
+  for (TuningDb* t : {&db, &*kept, &*merged}) {
+    t->AddTrial(Key(8, 1000, 10), Sort("nth_element", 100));  // an id it holds: replaced
+    t->AddTrial(Key(16, 4096, 32), Sort("partial_sort", 50));
+    t->AddPartial(Key(8, 1000, 10), partial);
+  }
+  ExpectSame(db, *kept);
+  ExpectSame(db, *merged);
+  EXPECT_EQ(kept->FindEntry(Key(16, 4096, 32))->best().variant(), "sort");
+}
+
 TEST(Recording, MergeKeepsTheNewestMeasurementAndUnionsTheRest) {
   TuningDb a, b;
   a.AddTrial(Key(8, 1000, 10), Sort("partial_sort", 100, /*measured_at=*/10));

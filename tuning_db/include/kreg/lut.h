@@ -320,9 +320,9 @@ class TuningDb {
   enum class KeyStrings { kUnchecked, kValidUtf8 };
   // Index of the entry for `key` (dims in any order), added if missing; or -1.
   // `take`: `key` itself, which may be moved from (when on this database's
-  // arena) instead of copied.
+  // arena) instead of copied; `id`: its KeyId where made already.
   int FindOrAddEntry(const tuning::ProblemKey& key, KeyStrings strings = KeyStrings::kUnchecked,
-                     tuning::ProblemKey* take = nullptr);
+                     tuning::ProblemKey* take = nullptr, std::string id = "");
   int FindEntryIndex(const tuning::ProblemKey& key) const;
   // Upserts; `keep_newer` keeps an existing trial that was measured later
   // (at the same second: as `ties` says).
