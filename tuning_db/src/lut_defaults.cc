@@ -16,6 +16,7 @@
 #include "oneapi/tbb/blocked_range.h"
 #include "oneapi/tbb/parallel_for.h"
 #include "oneapi/tbb/parallel_sort.h"
+#include "in_order.h"
 #include "lut_internal.h"
 
 namespace kreg {
@@ -201,74 +202,82 @@ void Lut::Impl::AddMeasuredDefaults(const tuning::Database& proto, const Kernels
     }
     shapes.emplace_back(begin, end);
   }
-  std::vector<Item> chosen(shapes.size());
-  // Each item's key: where the shape's first entry has an item, that
+  // Each shape's item is worked out on any core and joins the Lut in
+  // shape order. Its key: where the shape's first entry has an item, that
   // item's key under kMeasuredDefaultsId (its dims are the same, so it
-  // shares their place in dim_names); else made when the item joins.
-  std::vector<Key> chosen_keys(shapes.size(), Key{kNone, 0, 0, 0, 0, 0});
-  const absl::flat_hash_map<std::string, uint32_t>& interned = scratch->interned;
-  tbb::parallel_for(size_t{0}, shapes.size(), [&](size_t s) {
-    std::vector<const tuning::Entry*> entries;
-    for (size_t at = shapes[s].first; at < shapes[s].second; ++at) {
-      entries.push_back(&proto.entries(by_shape[at].second));
-    }
-    const int first = by_shape[shapes[s].first].second;
-    const tuning::ProblemKey& key = proto.entries(first).key();
-    const OpEntry& op = *FindOp(key.op());
-    std::vector<MeasuredOn> measured = Measure(entries, by_name);
-    if (measured.empty()) return;
-    std::sort(measured.begin(), measured.end(), [&](const MeasuredOn& a, const MeasuredOn& b) {
-      return rank_of(a.entry->key().machine_id()) < rank_of(b.entry->key().machine_id()) ||
-             (rank_of(a.entry->key().machine_id()) == rank_of(b.entry->key().machine_id()) &&
-              a.entry->key().machine_id() < b.entry->key().machine_id());
-    });
-    // The entry's item made the same shape-only arguments; they are made
-    // again only for a configuration it did not check.
-    const uint32_t item = scratch->entry_item[first];
-    const Dims dims = item != kNone ? items[item].dims : CanonicalDims(*op.op, KeyDims(key));
-    ShapeArgs own;
-    absl::Status own_status = item != kNone && !scratch->own_shape_ok[first]
-                                  ? absl::InvalidArgumentError("")
-                                  : absl::OkStatus();
-    bool made = false;
-    auto make = [&]() -> const ShapeArgs& {
-      if (!made) own_status = MakeShape(*op.op, *op.FindTypes(key.dtype()), dims, &own);
-      made = true;
-      return own;
-    };
-    if (item == kNone) make();
-    if (!own_status.ok()) return;
-    chosen[s] = MeasuredDefault(dims, make, measured, Score(measured), *scratch);
-    if (chosen[s].kernel == nullptr) return;
-    // Interned already where an entry answered with the variant.
-    if (auto it = interned.find(chosen[s].trial->variant()); it != interned.end()) chosen[s].variant = it->second;
-    if (item != kNone) chosen_keys[s] = keys[item];
-  });
+  // shares their place in dim_names); else made when the item joins. Its
+  // variant is looked up among the strings the entries interned (the map
+  // is copied: joining items intern more).
+  struct Chosen {
+    Item item;
+    Key key{kNone, 0, 0, 0, 0, 0};
+  };
+  const absl::flat_hash_map<std::string, uint32_t> interned = scratch->interned;
   const uint32_t machine = Intern(kMeasuredDefaultsId, &scratch->interned);
-  items.reserve(items.size() + shapes.size());
+  items.reserve(items.size() + shapes.size());  // no entry's item moves while shapes read them
   keys.reserve(keys.size() + shapes.size());
-  for (size_t s = 0; s < shapes.size(); ++s) {
-    Item& item = chosen[s];
-    if (item.kernel == nullptr) continue;
-    if (item.variant == kNone) item.variant = Intern(item.trial->variant(), &scratch->interned);
-    Key& key = chosen_keys[s];
-    if (key.op == kNone) {
-      const tuning::ProblemKey& shape_key = proto.entries(by_shape[shapes[s].first].second).key();
-      key = Key{Intern(shape_key.op(), &scratch->interned),
-                Intern(shape_key.dtype(), &scratch->interned),
-                0,
-                Intern(shape_key.data_class(), &scratch->interned),
-                static_cast<uint32_t>(dim_names.size()),
-                static_cast<uint32_t>(item.dims.size())};
-      for (const auto& [name, value] : item.dims) {
-        dim_names.push_back(Intern(name, &scratch->interned));
-        dim_values.push_back(value);
-      }
-    }
-    key.machine = machine;
-    keys.push_back(key);
-    items.push_back(std::move(item));
-  }
+  lut_internal::InOrderOnEveryCore<Chosen>(
+      static_cast<int>(shapes.size()), [](int, Chosen*) {},
+      [&](int s, Chosen* chosen, const Chosen*) {
+        std::vector<const tuning::Entry*> entries;
+        for (size_t at = shapes[s].first; at < shapes[s].second; ++at) {
+          entries.push_back(&proto.entries(by_shape[at].second));
+        }
+        const int first = by_shape[shapes[s].first].second;
+        const tuning::ProblemKey& key = proto.entries(first).key();
+        const OpEntry& op = *FindOp(key.op());
+        std::vector<MeasuredOn> measured = Measure(entries, by_name);
+        if (measured.empty()) return;
+        std::sort(measured.begin(), measured.end(), [&](const MeasuredOn& a, const MeasuredOn& b) {
+          return rank_of(a.entry->key().machine_id()) < rank_of(b.entry->key().machine_id()) ||
+                 (rank_of(a.entry->key().machine_id()) == rank_of(b.entry->key().machine_id()) &&
+                  a.entry->key().machine_id() < b.entry->key().machine_id());
+        });
+        // The entry's item made the same shape-only arguments; they are made
+        // again only for a configuration it did not check.
+        const uint32_t item = scratch->entry_item[first];
+        const Dims dims = item != kNone ? items[item].dims : CanonicalDims(*op.op, KeyDims(key));
+        ShapeArgs own;
+        absl::Status own_status = item != kNone && !scratch->own_shape_ok[first]
+                                      ? absl::InvalidArgumentError("")
+                                      : absl::OkStatus();
+        bool made = false;
+        auto make = [&]() -> const ShapeArgs& {
+          if (!made) own_status = MakeShape(*op.op, *op.FindTypes(key.dtype()), dims, &own);
+          made = true;
+          return own;
+        };
+        if (item == kNone) make();
+        if (!own_status.ok()) return;
+        chosen->item = MeasuredDefault(dims, make, measured, Score(measured), *scratch);
+        if (chosen->item.kernel == nullptr) return;
+        if (auto it = interned.find(chosen->item.trial->variant()); it != interned.end()) {
+          chosen->item.variant = it->second;
+        }
+        if (item != kNone) chosen->key = keys[item];
+      },
+      [&](int s, Chosen* chosen) {
+        Item& item = chosen->item;
+        if (item.kernel == nullptr) return;
+        if (item.variant == kNone) item.variant = Intern(item.trial->variant(), &scratch->interned);
+        Key& key = chosen->key;
+        if (key.op == kNone) {
+          const tuning::ProblemKey& shape_key = proto.entries(by_shape[shapes[s].first].second).key();
+          key = Key{Intern(shape_key.op(), &scratch->interned),
+                    Intern(shape_key.dtype(), &scratch->interned),
+                    0,
+                    Intern(shape_key.data_class(), &scratch->interned),
+                    static_cast<uint32_t>(dim_names.size()),
+                    static_cast<uint32_t>(item.dims.size())};
+          for (const auto& [name, value] : item.dims) {
+            dim_names.push_back(Intern(name, &scratch->interned));
+            dim_values.push_back(value);
+          }
+        }
+        key.machine = machine;
+        keys.push_back(key);
+        items.push_back(std::move(item));
+      });
 }
 
 Lut::Impl::Item Lut::Impl::MeasuredDefault(const Dims& dims, const std::function<const ShapeArgs&()>& own,

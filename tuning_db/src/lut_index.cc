@@ -11,10 +11,13 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "in_order.h"
 #include "lut_internal.h"
 #include "oneapi/tbb/blocked_range.h"
 #include "oneapi/tbb/parallel_for.h"
 #include "oneapi/tbb/parallel_invoke.h"
+#include "oneapi/tbb/parallel_pipeline.h"
+#include "oneapi/tbb/task_arena.h"
 
 namespace kreg {
 
@@ -47,8 +50,8 @@ absl::StatusOr<Lut> Lut::Build(const TuningDb& db, const Registry& registry, con
   impl->AddOps(registry, by_name);
   const tuning::Database& proto = db.proto();
   lut_internal::BuildScratch scratch;
-  impl->AddEntries(proto, by_name, &scratch);
-  impl->AddMachines(proto);
+  // The machines share nothing with the entries' items.
+  tbb::parallel_invoke([&] { impl->AddEntries(proto, by_name, &scratch); }, [&] { impl->AddMachines(proto); });
   impl->AddMeasuredDefaults(proto, by_name, &scratch);
   // The two indexes share nothing but the items they read.
   tbb::parallel_invoke([&] { impl->IndexExact(); }, [&] { impl->IndexGroups(); });
@@ -93,61 +96,66 @@ uint32_t Lut::Impl::Intern(absl::string_view s, absl::flat_hash_map<std::string,
 }
 
 void Lut::Impl::AddEntries(const tuning::Database& proto, const KernelsByName& by_name, BuildScratch* scratch) {
-  // One item per entry, answering from its fastest usable trial. Each
-  // entry's op and tensor types are found in table order (a dtype
-  // signature is parsed where it first appears); its item is worked out on
-  // every core (PrepareEntry reads only the entry and the registry); the
-  // items then join the Lut in table order (JoinEntry), so the strings,
-  // warnings and answers are those of one pass in order.
+  // One item per entry, answering from its fastest usable trial. Entries
+  // go through in blocks: their ops and tensor types found in table order
+  // (a dtype signature is parsed where it first appears), their items
+  // worked out on every core (PrepareEntry reads only the entry and the
+  // registry), then joined to the Lut in table order (JoinEntry), so that
+  // strings, warnings and answers are those of one pass in order. A block
+  // goes through while it is in cache; one core runs them in turn.
   const int n = proto.entries_size();
   items.reserve(n);
   keys.reserve(n);
   scratch->entry_item.assign(n, kNone);
   scratch->own_shape_ok.assign(n, false);
   std::vector<std::pair<std::string, int>> unknown_ops;  // op -> entries, first seen first
-  std::vector<OpEntry*> op_of(n, nullptr);
-  std::vector<int> types_of(n, -1);  // in op_of's types; -1 where the op refuses the signature
-  std::vector<PreparedEntry> prepared(n);
-  for (int i = 0; i < n; ++i) {
-    const tuning::ProblemKey& key = proto.entries(i).key();
-    auto found = std::find_if(ops.begin(), ops.end(), [&](const OpEntry& o) { return o.op->name() == key.op(); });
-    if (found == ops.end()) {
-      auto it = std::find_if(unknown_ops.begin(), unknown_ops.end(),
-                             [&](const auto& u) { return u.first == key.op(); });
-      if (it == unknown_ops.end()) {
-        unknown_ops.emplace_back(key.op(), 1);
-      } else {
-        ++it->second;
-      }
-      continue;
-    }
-    op_of[i] = &*found;
-    for (size_t t = 0; t < found->types.size() && types_of[i] < 0; ++t) {
-      if (lut_internal::Eq(found->types[t].first, key.dtype())) types_of[i] = static_cast<int>(t);
-    }
-    if (types_of[i] >= 0) continue;
-    absl::StatusOr<TensorTypes> parsed = found->op->TypesFromKey(key.dtype());
-    if (!parsed.ok()) {
-      prepared[i].warnings.push_back(absl::StrCat(KeyString(key), ": ", parsed.status().message(), "; entry skipped"));
-      continue;
-    }
-    types_of[i] = static_cast<int>(found->types.size());
-    found->types.emplace_back(key.dtype(), *std::move(parsed));
-  }
-  tbb::parallel_for(tbb::blocked_range<int>(0, n, 64), [&](const tbb::blocked_range<int>& r) {
-    for (int i = r.begin(); i < r.end(); ++i) {
-      if (types_of[i] < 0) continue;
-      PrepareEntry(proto.entries(i), *op_of[i]->op, op_of[i]->types[types_of[i]].second, by_name, &prepared[i]);
-    }
-  });
-  for (int i = 0; i < n; ++i) {
-    if (op_of[i] == nullptr) continue;
-    if (types_of[i] < 0) {
-      warnings.push_back(std::move(prepared[i].warnings.front()));
-      continue;
-    }
-    JoinEntry(i, proto.entries(i), &prepared[i], scratch);
-  }
+  lut_internal::InOrderOnEveryCore<PreparedEntry>(
+      n,
+      [&](int i, PreparedEntry* p) {
+        const tuning::ProblemKey& key = proto.entries(i).key();
+        auto found = std::find_if(ops.begin(), ops.end(), [&](const OpEntry& o) { return o.op->name() == key.op(); });
+        if (found == ops.end()) {
+          auto it = std::find_if(unknown_ops.begin(), unknown_ops.end(),
+                                 [&](const auto& u) { return u.first == key.op(); });
+          if (it == unknown_ops.end()) {
+            unknown_ops.emplace_back(key.op(), 1);
+          } else {
+            ++it->second;
+          }
+          return;
+        }
+        p->op = &*found;
+        p->types = found->FindTypes(key.dtype());
+        if (p->types != nullptr) return;
+        absl::StatusOr<TensorTypes> parsed = found->op->TypesFromKey(key.dtype());
+        if (!parsed.ok()) {
+          p->warnings.push_back(absl::StrCat(KeyString(key), ": ", parsed.status().message(), "; entry skipped"));
+          return;
+        }
+        // A deque: the types already handed out stay where they are.
+        found->types.emplace_back(key.dtype(), *std::move(parsed));
+        p->types = &found->types.back().second;
+      },
+      [&](int i, PreparedEntry* p, const PreparedEntry* before) {
+        if (p->types == nullptr) return;
+        PrepareEntry(proto.entries(i), *p->op->op, *p->types, by_name, p);
+        if (before == nullptr || before->types == nullptr) return;
+        const tuning::ProblemKey& a = proto.entries(i - 1).key();
+        const tuning::ProblemKey& b = proto.entries(i).key();
+        const Dims& da = before->item.dims;
+        const Dims& db = p->item.dims;
+        p->like_before = a.op() == b.op() && a.dtype() == b.dtype() && a.machine_id() == b.machine_id() &&
+                         a.data_class() == b.data_class() &&
+                         std::equal(da.begin(), da.end(), db.begin(), db.end(),
+                                    [](const auto& x, const auto& y) { return x.first == y.first; });
+      },
+      [&](int i, PreparedEntry* p) {
+        if (p->types != nullptr) {
+          JoinEntry(i, proto.entries(i), p, scratch);
+        } else if (!p->warnings.empty()) {
+          warnings.push_back(std::move(p->warnings.front()));
+        }
+      });
   for (const auto& [op, count] : unknown_ops) {
     warnings.push_back(absl::StrCat("op '", op, "' is not registered (no loaded plugin declares it): ", count,
                                     count == 1 ? " entry" : " entries", " cannot answer"));
@@ -178,9 +186,13 @@ void Lut::Impl::PrepareEntry(const tuning::Entry& e, const Op& op, const TensorT
   ShapeArgs own;
   const absl::Status own_shape = MakeShape(op, types, item.dims, &own);
   p->own_shape_ok = own_shape.ok();
-  // What KeyText will say of the item: its key's KeyString.
-  const std::string text = item.key_text.empty() ? KeyString(e.key()) : item.key_text;
-  if (!own_shape.ok()) p->warnings.push_back(absl::StrCat(text, ": ", own_shape.message(), "; entry skipped"));
+  // What KeyText will say of the item (its key's KeyString), made if needed.
+  std::optional<std::string> made;
+  auto text = [&]() -> const std::string& {
+    if (!made.has_value()) made = item.key_text.empty() ? KeyString(e.key()) : item.key_text;
+    return *made;
+  };
+  if (!own_shape.ok()) p->warnings.push_back(absl::StrCat(text(), ": ", own_shape.message(), "; entry skipped"));
   // The fastest trial's staleness, if it was.
   const std::string stale =
       ChooseTrials(e.key().op(), text, trials, by_name, own, own_shape, IsGpuMachineId(e.key().machine_id()), p);
@@ -191,7 +203,7 @@ void Lut::Impl::PrepareEntry(const tuning::Entry& e, const Op& op, const TensorT
                                          item.trial->variant_version(), " instead"));
     }
   } else {
-    if (trials.empty()) item.problem = absl::StrCat(text, ": no OK trial");
+    if (trials.empty()) item.problem = absl::StrCat(text(), ": no OK trial");
     if (!stale.empty()) p->warnings.push_back(absl::StrCat(stale, "; entry skipped"));
   }
 }
@@ -206,16 +218,29 @@ void Lut::Impl::JoinEntry(int index, const tuning::Entry& e, PreparedEntry* p, B
     return id_before != kNone && lut_internal::Eq(strings[id_before], s) ? id_before
                                                                          : Intern(s, &scratch->interned);
   };
-  Key key{intern(e.key().op(), before ? before->op : kNone),
-          intern(e.key().dtype(), before ? before->dtype : kNone),
-          intern(e.key().machine_id(), before ? before->machine : kNone),
-          intern(e.key().data_class(), before ? before->data_class : kNone),
-          static_cast<uint32_t>(dim_names.size()),
-          static_cast<uint32_t>(item.dims.size())};
-  for (size_t d = 0; d < item.dims.size(); ++d) {
-    const bool has_before = before != nullptr && d < before->dims_count;
-    dim_names.push_back(intern(item.dims[d].first, has_before ? dim_names[before->dims_begin + d] : kNone));
-    dim_values.push_back(item.dims[d].second);
+  Key key;
+  if (p->like_before && before != nullptr && scratch->entry_item[index - 1] == keys.size() - 1) {
+    // The entry before's strings (PrepareEntry compared them), without
+    // reading this one's again.
+    key = *before;
+    key.dims_begin = static_cast<uint32_t>(dim_names.size());
+    for (size_t d = 0; d < item.dims.size(); ++d) {
+      const uint32_t name = dim_names[before->dims_begin + d];
+      dim_names.push_back(name);
+      dim_values.push_back(item.dims[d].second);
+    }
+  } else {
+    key = Key{intern(e.key().op(), before ? before->op : kNone),
+              intern(e.key().dtype(), before ? before->dtype : kNone),
+              intern(e.key().machine_id(), before ? before->machine : kNone),
+              intern(e.key().data_class(), before ? before->data_class : kNone),
+              static_cast<uint32_t>(dim_names.size()),
+              static_cast<uint32_t>(item.dims.size())};
+    for (size_t d = 0; d < item.dims.size(); ++d) {
+      const bool has_before = before != nullptr && d < before->dims_count;
+      dim_names.push_back(intern(item.dims[d].first, has_before ? dim_names[before->dims_begin + d] : kNone));
+      dim_values.push_back(item.dims[d].second);
+    }
   }
   scratch->own_shape_ok[index] = p->own_shape_ok;
   for (auto& [trial, checked] : p->checked) scratch->checked.try_emplace(trial, std::move(checked));
@@ -242,7 +267,7 @@ void Lut::Impl::JoinEntry(int index, const tuning::Entry& e, PreparedEntry* p, B
   items.push_back(std::move(item));
 }
 
-std::string Lut::Impl::ChooseTrials(const std::string& op_name, absl::string_view text,
+std::string Lut::Impl::ChooseTrials(const std::string& op_name, absl::FunctionRef<const std::string&()> text,
                                     const std::vector<const tuning::Trial*>& trials,
                                     const KernelsByName& by_name, const ShapeArgs& own,
                                     const absl::Status& own_shape, bool on_gpu, PreparedEntry* p) {
@@ -273,19 +298,19 @@ std::string Lut::Impl::ChooseTrials(const std::string& op_name, absl::string_vie
     std::string problem;
     auto it = by_name.find(name);
     if (it == by_name.end()) {
-      problem = absl::StrCat(text, ": ", name, " is not registered");
+      problem = absl::StrCat(text(), ": ", name, " is not registered");
     } else if (it->second->version() != t.variant_version()) {
-      problem = absl::StrCat("stale entry ", text, ": ", name, " v", t.variant_version(), " was tuned, v",
+      problem = absl::StrCat("stale entry ", text(), ": ", name, " v", t.variant_version(), " was tuned, v",
                              it->second->version(), " is loaded");
       if (i == 0) stale = problem;
     } else if (on_gpu != (it->second->device() == KREG_DEVICE_CUDA)) {
       // A GPU's entry answers with its CUDA kernels, a CPU's with the others.
-      problem = absl::StrCat(text, ": ", name, on_gpu ? " does not run on a GPU" : " runs on a GPU");
+      problem = absl::StrCat(text(), ": ", name, on_gpu ? " does not run on a GPU" : " runs on a GPU");
     } else if (!on_gpu && !it->second->available()) {
-      problem = absl::StrCat(text, ": ", name, " needs ", IsaString(it->second->required_isa() & ~CpuIsa()),
+      problem = absl::StrCat(text(), ": ", name, " needs ", IsaString(it->second->required_isa() & ~CpuIsa()),
                              ", which this CPU lacks");
     } else if (!own_shape.ok()) {
-      problem = absl::StrCat(text, ": ", own_shape.message());
+      problem = absl::StrCat(text(), ": ", own_shape.message());
     } else {
       absl::StatusOr<Config> config = FromProtoConfig(*it->second, t.config());
       absl::Status legal = config.ok() ? Legal(*it->second, *config, own) : config.status();
@@ -302,7 +327,7 @@ std::string Lut::Impl::ChooseTrials(const std::string& op_name, absl::string_vie
       if (legal.ok() && !counts.empty()) {
         item->on_threads.push_back({t.threads(), it->second.get(), *std::move(config), copy(&t)});
       } else if (!legal.ok()) {
-        problem = absl::StrCat(text, ": ", name, " ", ConfigText(t.config()), ": ", legal.message());
+        problem = absl::StrCat(text(), ": ", name, " ", ConfigText(t.config()), ": ", legal.message());
       }
     }
     if (item->problem.empty()) item->problem = std::move(problem);

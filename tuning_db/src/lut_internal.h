@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
@@ -40,6 +41,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -338,7 +340,7 @@ struct Lut::Impl {
     // question: kreg/device.h CanRun).
     std::vector<std::pair<const Kernel*, Config>> gpu_defaults;
     // Op::TypesFromKey of the dtype signatures its entries use.
-    std::vector<std::pair<std::string, TensorTypes>> types;
+    std::deque<std::pair<std::string, TensorTypes>> types;
 
     const TensorTypes* FindTypes(absl::string_view dtype) const {
       for (const auto& [signature, t] : types) {
@@ -522,11 +524,18 @@ struct Lut::Impl {
   struct PreparedEntry {
     Item item;
     bool own_shape_ok = false;
-    std::vector<std::pair<const tuning::Trial*, lut_internal::BuildScratch::Checked>> checked;
+    // Inline: most entries check a trial or two and rank a few (an
+    // allocation per entry each would cost more than the rest of its work).
+    absl::InlinedVector<std::pair<const tuning::Trial*, lut_internal::BuildScratch::Checked>, 2> checked;
     absl::string_view winner_variant;
-    std::vector<std::pair<uint64_t, float>> ranked;              // as in trial_ranks, sorted
-    std::vector<std::pair<absl::string_view, float>> slowdowns;  // by variant, first seen first
+    absl::InlinedVector<std::pair<uint64_t, float>, 8> ranked;              // as in trial_ranks, sorted
+    absl::InlinedVector<std::pair<absl::string_view, float>, 4> slowdowns;  // by variant, first seen first
     std::vector<std::string> warnings;
+    // Its op and tensor types: null for an unknown op or a refused dtype.
+    const OpEntry* op = nullptr;
+    const TensorTypes* types = nullptr;
+    // Whether the entry before has its op, dtype, machine, data class, dim names.
+    bool like_before = false;
   };
   // Entry `e` of op `op` with the tensor types of its dtype signature.
   // Reads only the entry and the registry, and allocates only on `arena`:
@@ -544,9 +553,9 @@ struct Lut::Impl {
   // (`own_shape` says whether there is one); and, when the trials were
   // measured on several thread counts, the fastest such on each (their
   // copies on `arena`). The first problem met is item.problem, each naming
-  // the entry as `text`; each configuration checked is recorded in
+  // the entry as text() does; each configuration checked is recorded in
   // p->checked. Returns why the fastest trial is stale, or "".
-  std::string ChooseTrials(const std::string& op_name, absl::string_view text,
+  std::string ChooseTrials(const std::string& op_name, absl::FunctionRef<const std::string&()> text,
                            const std::vector<const tuning::Trial*>& trials, const KernelsByName& by_name,
                            const ShapeArgs& own, const absl::Status& own_shape, bool on_gpu, PreparedEntry* p);
   // The item's rankings for Consensus (p->ranked, p->slowdowns, trial_hash),
