@@ -11,8 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/types/span.h"
 #include "oneapi/tbb/blocked_range.h"
 #include "oneapi/tbb/parallel_for.h"
 #include "oneapi/tbb/parallel_sort.h"
@@ -32,7 +34,7 @@ namespace {
 
 // Per machine that measured a shape: each current variant's fastest OK
 // trial (by kernel name), and the best of them.
-std::vector<MeasuredOn> Measure(const std::vector<const tuning::Entry*>& entries,
+std::vector<MeasuredOn> Measure(absl::Span<const tuning::Entry* const> entries,
                                 const KernelsByName& by_name) {
   std::vector<MeasuredOn> measured;
   std::string name;
@@ -176,24 +178,25 @@ void Lut::Impl::AddMeasuredDefaults(const tuning::Database& proto, const Kernels
   // shapes in the order of that text, entries in the table's. Shapes and
   // their items are made on every core (they only read the table and the
   // entries' items); the items join the Lut in shape order after.
-  std::vector<std::pair<std::string, int>> by_shape(proto.entries_size());
+  std::vector<std::string> texts(proto.entries_size());  // empty: not a shape's entry
   tbb::parallel_for(tbb::blocked_range<int>(0, proto.entries_size(), 256), [&](const tbb::blocked_range<int>& r) {
     for (int i = r.begin(); i < r.end(); ++i) {
       const tuning::Entry& e = proto.entries(i);
       const OpEntry* op = FindOp(e.key().op());
       if (op == nullptr || op->FindTypes(e.key().dtype()) == nullptr ||
           e.key().machine_id() == kMeasuredDefaultsId || IsGpuMachineId(e.key().machine_id())) {
-        by_shape[i].second = -1;
         continue;  // GPUs' entries neither: their defaults are the op's CUDA kernels
       }
       const uint32_t item = scratch->entry_item[i];
-      std::string shape = absl::StrCat(e.key().op(), "\x1f", e.key().dtype(), "\x1f", e.key().data_class(), "\x1f");
-      AppendDims(item != kNone ? items[item].dims : CanonicalDims(*op->op, KeyDims(e.key())), &shape);
-      by_shape[i] = {std::move(shape), i};
+      texts[i] = absl::StrCat(e.key().op(), "\x1f", e.key().dtype(), "\x1f", e.key().data_class(), "\x1f");
+      AppendDims(item != kNone ? items[item].dims : CanonicalDims(*op->op, KeyDims(e.key())), &texts[i]);
     }
   });
-  by_shape.erase(std::remove_if(by_shape.begin(), by_shape.end(), [](const auto& s) { return s.second < 0; }),
-                 by_shape.end());
+  std::vector<std::pair<absl::string_view, int>> by_shape;
+  by_shape.reserve(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (!texts[i].empty()) by_shape.emplace_back(texts[i], static_cast<int>(i));
+  }
   // By text, then by entry: the table's order within a shape.
   tbb::parallel_sort(by_shape.begin(), by_shape.end());
   std::vector<std::pair<size_t, size_t>> shapes;  // [begin, end) of by_shape
@@ -219,7 +222,7 @@ void Lut::Impl::AddMeasuredDefaults(const tuning::Database& proto, const Kernels
   lut_internal::InOrderOnEveryCore<Chosen>(
       static_cast<int>(shapes.size()), [](int, Chosen*) {},
       [&](int s, Chosen* chosen, const Chosen*) {
-        std::vector<const tuning::Entry*> entries;
+        absl::InlinedVector<const tuning::Entry*, 4> entries;
         for (size_t at = shapes[s].first; at < shapes[s].second; ++at) {
           entries.push_back(&proto.entries(by_shape[at].second));
         }
