@@ -13,11 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "in_order.h"
 #include "lut_internal.h"
-#include "oneapi/tbb/blocked_range.h"
 #include "oneapi/tbb/parallel_for.h"
 #include "oneapi/tbb/parallel_invoke.h"
-#include "oneapi/tbb/parallel_pipeline.h"
-#include "oneapi/tbb/task_arena.h"
 
 namespace kreg {
 
