@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kreg/comm.h"
+#include "mpi_mail.h"
 
 namespace kreg {
 namespace {
@@ -39,13 +40,6 @@ constexpr int kFailureTag = 32000;   // a failing rank's reason
 // rank's progress, moves at full speed; ranks sharing a core still get it.
 constexpr auto kSpin = std::chrono::milliseconds(2);
 constexpr size_t kMaxFreeRequests = 64;
-
-struct MpiRequest {
-  MPI_Request request = MPI_REQUEST_NULL;
-  bool send = false;
-  int peer = 0, tag = 0;
-  size_t bytes = 0;
-};
 
 std::string Describe(const MpiRequest& r) {
   return r.send ? absl::StrFormat("a send of %d bytes to rank %d (tag %d)", r.bytes, r.peer, r.tag)
@@ -89,6 +83,7 @@ class MpiComm final : public Comm {
     MPI_Comm_size(comm->world_, &size);
     comm->abi_.rank = rank;
     comm->abi_.size = size;
+    comm->mail_ = NodeMail::Create(comm->world_);
     // Nodes: the ranks sharing memory with each other count once.
     MPI_Comm local;
     int local_rank = 0;
@@ -113,6 +108,7 @@ class MpiComm final : public Comm {
         MPI_Comm_set_errhandler(sub->world_, MPI_ERRORS_RETURN);
         sub->abi_.rank = key;
         sub->abi_.size = static_cast<int>(group.size());
+        sub->mail_ = NodeMail::Create(sub->world_);
         sub->parent_ = comm.get();
         sub->yield_ = comm->yield_;
         comm->axes_.emplace_back(options.mesh[a].first, std::move(sub));
@@ -210,38 +206,29 @@ class MpiComm final : public Comm {
                   absl::StrFormat("%s: tag %d is outside [0, %d)", what, tag, kHostTagBase));
     }
     MpiRequest* r = self->NewRequest();
-    *r = MpiRequest{MPI_REQUEST_NULL, send, peer, tag, bytes};
-    const int mpi_tag = tag >= 0 ? tag : kHostTagBase - tag;
-    MPI_Datatype type = MPI_BYTE;
-    int count = static_cast<int>(bytes);
-    if (bytes > static_cast<size_t>(INT_MAX)) {  // one element of a type of `bytes` bytes
-      type = BigType(bytes);
-      count = 1;
+    *r = MpiRequest{};
+    r->send = send;
+    r->peer = peer;
+    r->tag = tag;
+    r->mpi_tag = tag >= 0 ? tag : kHostTagBase - tag;
+    r->bytes = bytes;
+    r->buf = const_cast<void*>(buf);
+    NodeMail* mail = self->mail_ != nullptr && self->mail_->Carries(peer) ? self->mail_.get() : nullptr;
+    // Through the node's rings: a receive always (its message or its
+    // envelope comes there), a send unless it is larger than a slot.
+    if (mail != nullptr && (!send || bytes <= mail->max_inline())) {
+      send ? mail->Send(r) : mail->Receive(r);
+      *request = r;
+      return KREG_OK;
     }
-    const int code = send ? MPI_Isend(buf, count, type, peer, mpi_tag, self->world_, &r->request)
-                          : MPI_Irecv(const_cast<void*>(buf), count, type, peer, mpi_tag, self->world_,
-                                      &r->request);
-    if (type != MPI_BYTE) MPI_Type_free(&type);  // freed once the request is done
-    if (code != MPI_SUCCESS) {
+    if (const int code = PostMpi(send, r->buf, bytes, peer, r->mpi_tag, self->world_, &r->request);
+        code != MPI_SUCCESS) {
       self->FreeRequest(r);
       return Fail(msg, cap, KREG_INTERNAL, absl::StrCat(what, ": ", MpiError(code)));
     }
+    if (mail != nullptr) mail->Send(r);  // its envelope
     *request = r;
     return KREG_OK;
-  }
-  // A contiguous type of `bytes` > INT_MAX bytes: whole GiB blocks and the
-  // rest.
-  static MPI_Datatype BigType(size_t bytes) {
-    constexpr size_t kGiB = size_t{1} << 30;
-    MPI_Datatype gib, type;
-    MPI_Type_contiguous(static_cast<int>(kGiB), MPI_BYTE, &gib);
-    int lengths[2] = {static_cast<int>(bytes / kGiB), static_cast<int>(bytes % kGiB)};
-    MPI_Aint offsets[2] = {0, static_cast<MPI_Aint>(bytes / kGiB * kGiB)};
-    MPI_Datatype types[2] = {gib, MPI_BYTE};
-    MPI_Type_create_struct(2, lengths, offsets, types, &type);
-    MPI_Type_commit(&type);
-    MPI_Type_free(&gib);
-    return type;
   }
 
   static kreg_status Isend(void* ctx, int32_t peer, int32_t tag, const void* buf, size_t bytes, void** request,
@@ -262,6 +249,7 @@ class MpiComm final : public Comm {
     return r;
   }
   void FreeRequest(MpiRequest* r) {
+    r->drain.reset();
     if (free_.size() < kMaxFreeRequests) {
       free_.push_back(r);
     } else {
@@ -269,18 +257,25 @@ class MpiComm final : public Comm {
     }
   }
 
-  // One MPI_Test of r: done (and r freed, its status returned) or not.
+  // One look at r (the node's rings first): done (and r freed, its status
+  // returned) or not.
   kreg_status Poll(MpiRequest* r, bool* done, char* msg, size_t cap) {
-    int flag = 0;
+    if (mail_ != nullptr) mail_->Progress();
+    if (r->mail == MpiRequest::Mail::kQueued || r->mail == MpiRequest::Mail::kPosted) {
+      *done = false;
+      return KREG_OK;
+    }
+    int flag = 1, code = r->code;
     MPI_Status status;
-    const int code = MPI_Test(&r->request, &flag, &status);
+    if (r->mail == MpiRequest::Mail::kNone) code = MPI_Test(&r->request, &flag, &status);
     *done = flag != 0 || code != MPI_SUCCESS;
     if (!*done) return KREG_OK;
     kreg_status result = KREG_OK;
     std::string why;
-    if (code != MPI_SUCCESS) {
-      int cls = 0;
-      MPI_Error_class(code, &cls);
+    int cls = 0;
+    if (code != MPI_SUCCESS) MPI_Error_class(code, &cls);
+    if (r->matched && r->sent > r->bytes) cls = MPI_ERR_TRUNCATE;
+    if (code != MPI_SUCCESS || cls == MPI_ERR_TRUNCATE) {
       result = cls == MPI_ERR_TRUNCATE ? KREG_INVALID_ARGUMENT : KREG_INTERNAL;
       why = cls == MPI_ERR_TRUNCATE
                 ? absl::StrFormat("rank %d sent more than the %d bytes rank %d expected (tag %d): the ranks disagree "
@@ -288,8 +283,8 @@ class MpiComm final : public Comm {
                                   r->peer, r->bytes, rank(), r->tag)
                 : absl::StrCat(Describe(*r), ": ", MpiError(code));
     } else if (!r->send) {
-      MPI_Count got = 0;
-      MPI_Get_elements_x(&status, MPI_BYTE, &got);
+      MPI_Count got = static_cast<MPI_Count>(r->sent);
+      if (!r->matched) MPI_Get_elements_x(&status, MPI_BYTE, &got);
       if (static_cast<size_t>(got) != r->bytes) {
         result = KREG_INVALID_ARGUMENT;
         why = absl::StrFormat("rank %d sent %d bytes (tag %d) to rank %d, which expected %d: the ranks disagree on "
@@ -316,10 +311,10 @@ class MpiComm final : public Comm {
   // between polls where ranks share cores), then with naps growing to
   // 1 ms. Failure notices, the cancel flag and the deadline (counted from
   // the end of the tight loop) are looked at every 64 turns.
-  // `awaiting()` describes the wait, for the message. Giving up cancels
-  // and frees *cancel (a point-to-point request) unless it is NULL.
+  // `awaiting()` describes the wait, for the message. Giving up withdraws
+  // `cancel` (a point-to-point request) unless it is NULL.
   template <typename PollFn, typename Awaiting>
-  kreg_status Await(PollFn&& poll, bool host, Awaiting&& awaiting, MPI_Request* cancel, char* msg, size_t cap) {
+  kreg_status Await(PollFn&& poll, bool host, Awaiting&& awaiting, MpiRequest* cancel, char* msg, size_t cap) {
     Clock::time_point start, deadline;  // read once the tight loop is over
     std::chrono::microseconds nap(0);
     bool napping = false;
@@ -336,10 +331,7 @@ class MpiComm final : public Comm {
       if (turn % 64 != 63 && !napping) continue;
       std::string why;
       if (const kreg_status stop = Stop(host, deadline, awaiting(), &why); stop != KREG_OK) {
-        if (cancel != nullptr && *cancel != MPI_REQUEST_NULL) {
-          MPI_Cancel(cancel);
-          MPI_Request_free(cancel);
-        }
+        if (cancel != nullptr) Withdraw(cancel);
         return Fail(msg, cap, stop, why);
       }
       napping = napping || Clock::now() - start > kSpin;
@@ -347,6 +339,15 @@ class MpiComm final : public Comm {
         nap = std::min(std::chrono::microseconds(1000), nap + std::chrono::microseconds(10));
         std::this_thread::sleep_for(nap);
       }
+    }
+  }
+
+  // Forgets a request given up on: out of the rings' lists, MPI's cancelled.
+  void Withdraw(MpiRequest* r) {
+    if (r->mail == MpiRequest::Mail::kQueued || r->mail == MpiRequest::Mail::kPosted) mail_->Withdraw(r);
+    if (r->request != MPI_REQUEST_NULL) {
+      MPI_Cancel(&r->request);
+      MPI_Request_free(&r->request);
     }
   }
 
@@ -374,7 +375,6 @@ class MpiComm final : public Comm {
     auto* r = static_cast<MpiRequest*>(request);
     const MpiRequest described = *r;  // r is deleted once done
     auto awaiting = [&] { return absl::StrCat("waiting for ", Describe(described)); };
-    MPI_Request* handle = &r->request;
     bool deleted = false;
     const kreg_status s = self->Await(
         [&](bool* done) {
@@ -382,7 +382,7 @@ class MpiComm final : public Comm {
           deleted = *done;
           return p;
         },
-        described.tag < 0, awaiting, handle, msg, cap);
+        described.tag < 0, awaiting, r, msg, cap);
     if (!deleted) self->FreeRequest(r);
     return s;
   }
@@ -393,6 +393,7 @@ class MpiComm final : public Comm {
     MPI_Ibarrier(self->world_, &request);
     return self->Await(
         [&](bool* done) {
+          if (self->mail_ != nullptr) self->mail_->Progress();  // a peer may await this rank's sends
           int flag = 0;
           MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
           *done = flag != 0;
@@ -411,6 +412,7 @@ class MpiComm final : public Comm {
   bool own_notice_ = false;       // this rank has sent its notices
   std::deque<std::string> notices_;  // sent (their buffers outlive the sends)
   std::vector<MpiRequest*> free_;    // finished requests, for reuse
+  std::unique_ptr<NodeMail> mail_;  // messages to the ranks of this node
   MpiComm* parent_ = nullptr;  // an axis communicator's whole mesh
   int nodes_ = 1;                // the world's, as counted in Over
   bool yield_ = true;            // spinning waits yield (ranks share cores)

@@ -2,6 +2,7 @@
 // tests/CMakeLists.txt): host collectives, sizes that disagree, a message
 // over 2 GiB (slow label only: KREG_MPI_BIG=1), and a rank that never
 // answers. Every rank runs every test, in the same order.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -102,6 +103,70 @@ TEST(MpiCommTest, SizesThatDisagreeAreNamed) {
   if (c.rank() == 1) {
     EXPECT_THAT(std::string(more.message()), HasSubstr("rank 0 sent more than the 32 bytes rank 1 expected (tag 3)"));
     EXPECT_THAT(std::string(fewer.message()), HasSubstr("rank 0 sent 16 bytes (tag 4) to rank 1, which expected 32"));
+  }
+  EXPECT_TRUE(c.Barrier().ok());
+}
+
+// Between ranks of one node, messages up to a slot's size pass rings in
+// shared memory, larger ones MPI (announced in the ring); either way they
+// match receives by (source, tag) in the order posted, and a send of a
+// small message is done before its receive is posted.
+TEST(MpiCommTest, MessagesMatchByTagInTheOrderPosted) {
+  Comm& c = World();
+  const kreg_comm& a = *c.abi();
+  char msg[512] = "";
+  auto post = [&](bool send, int tag, std::vector<unsigned char>& buf) {
+    void* request = nullptr;
+    const kreg_status s = send ? a.isend(a.ctx, 1 - c.rank(), tag, buf.data(), buf.size(), &request, msg, sizeof msg)
+                               : a.irecv(a.ctx, 1 - c.rank(), tag, buf.data(), buf.size(), &request, msg, sizeof msg);
+    EXPECT_EQ(s, KREG_OK) << msg;
+    return request;
+  };
+  auto wait_all = [&](std::vector<void*>& requests) {
+    for (void* r : requests) EXPECT_EQ(a.wait(a.ctx, r, msg, sizeof msg), KREG_OK) << msg;
+    requests.clear();
+  };
+  // Message i: tag 7 + i % 2, bytes sizes[i % sizes.size()], every byte i.
+  auto check = [](const std::vector<std::vector<unsigned char>>& got) {
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(std::count(got[i].begin(), got[i].end(), static_cast<unsigned char>(i)), got[i].size()) << i;
+    }
+  };
+  struct Round {
+    std::vector<size_t> sizes;
+    size_t n;
+    bool eager;  // the sender waits for its sends before the receiver posts
+  };
+  const Round rounds[] = {{{0, 1, 1024, 16384}, 20, true},  // more than the ring's 8 slots
+                          {{16384, 16385, 1 << 20, 7, 0}, 10, false}};
+  for (const auto& [sizes, n, eager] : rounds) {
+    std::vector<std::vector<unsigned char>> bufs(n);
+    std::vector<void*> requests;
+    for (size_t i = 0; i < n; ++i) bufs[i].assign(sizes[i % sizes.size()], c.rank() == 0 ? i : 0xff);
+    if (c.rank() == 0) {
+      for (size_t i = 0; i < n; ++i) requests.push_back(post(true, 7 + i % 2, bufs[i]));
+      if (eager) wait_all(requests);  // before any receive is posted
+      ASSERT_TRUE(c.Barrier().ok());
+    } else {
+      ASSERT_TRUE(c.Barrier().ok());
+      for (size_t i = 1; i < n; i += 2) requests.push_back(post(false, 8, bufs[i]));  // tag 8 first
+      for (size_t i = 0; i < n; i += 2) requests.push_back(post(false, 7, bufs[i]));
+    }
+    wait_all(requests);
+    if (c.rank() == 1) check(bufs);
+  }
+  // Sizes that disagree across a slot's size: the receive fails naming them.
+  std::vector<unsigned char> small(100), large(100000);
+  for (int round = 0; round < 2; ++round) {
+    const bool sends_large = round == 0;
+    std::vector<unsigned char>& mine = (c.rank() == 0) == sends_large ? large : small;
+    void* r = post(c.rank() == 0, 9, mine);
+    const kreg_status s = a.wait(a.ctx, r, msg, sizeof msg);
+    if (c.rank() == 1) {
+      EXPECT_EQ(s, KREG_INVALID_ARGUMENT);
+      EXPECT_THAT(msg, HasSubstr(sends_large ? "rank 0 sent more than the 100 bytes rank 1 expected (tag 9)"
+                                             : "rank 0 sent 100 bytes (tag 9) to rank 1, which expected 100000"));
+    }
   }
   EXPECT_TRUE(c.Barrier().ok());
 }
