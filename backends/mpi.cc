@@ -2,7 +2,9 @@
 // (OpenMPI, under mpirun). Built as a module, kreg_mpi.so, that the host
 // loads only when asked for (LoadMpiComm), so kreg itself never links MPI.
 //
-// Messages are MPI_Isend / MPI_Irecv of bytes on a duplicate of
+// Messages between ranks of one node pass rings in shared memory
+// (mpi_mail.h): a small one there alone, a larger one announced there and
+// sent by MPI. Others are MPI_Isend / MPI_Irecv of bytes on a duplicate of
 // MPI_COMM_WORLD whose errors return rather than abort. Kernel tags
 // [0, kHostTagBase) map to themselves, host tags (negative) above them, and
 // one tag carries a failing rank's reason to the others. Waits poll
@@ -16,7 +18,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cstdio>
 #include <deque>
 #include <string>
