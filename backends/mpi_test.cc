@@ -137,7 +137,7 @@ TEST(MpiCommTest, MessagesMatchByTagInTheOrderPosted) {
     size_t n;
     bool eager;  // the sender waits for its sends before the receiver posts
   };
-  const Round rounds[] = {{{0, 1, 1024, 16384}, 20, true},  // more than the ring's 8 slots
+  const Round rounds[] = {{{0, 1, 1024, 4099, 16384}, 20, true},  // more than the ring's 8 slots
                           {{16384, 16385, 1 << 20, 7, 0}, 10, false}};
   for (const auto& [sizes, n, eager] : rounds) {
     std::vector<std::vector<unsigned char>> bufs(n);
