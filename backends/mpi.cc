@@ -217,7 +217,7 @@ class MpiComm final : public Comm {
     NodeMail* mail = self->mail_ != nullptr && self->mail_->Carries(peer) ? self->mail_.get() : nullptr;
     // Through the node's rings: a receive always (its message or its
     // envelope comes there), a send unless it is larger than a slot.
-    if (mail != nullptr && (!send || bytes <= NodeMail::kMaxRing)) {
+    if (mail != nullptr && (!send || bytes <= mail->max_inline())) {
       send ? mail->Send(r) : mail->Receive(r);
       *request = r;
       return KREG_OK;

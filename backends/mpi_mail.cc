@@ -154,7 +154,6 @@ std::unique_ptr<NodeMail> NodeMail::Create(MPI_Comm comm) {
   for (int q = 0; q < local_size; ++q) {
     if (q == local_rank) continue;
     Peer& p = mail->peers_[ranks[q]];
-    p.stash = p.early.end();
     p.in = mail->base_ + static_cast<size_t>(local_rank) * inbox + static_cast<size_t>(q < local_rank ? q : q - 1) * ring;
     p.out = mail->base_ + static_cast<size_t>(q) * inbox + static_cast<size_t>(local_rank < q ? local_rank : local_rank - 1) * ring;
     mail->carried_.push_back(ranks[q]);
@@ -180,163 +179,79 @@ void NodeMail::Send(MpiRequest* r) {
 
 void NodeMail::Receive(MpiRequest* r) {
   Peer& p = peers_[r->peer];
-  auto early = std::find_if(p.early.begin(), p.early.end(),
-                            [&](const Early& e) { return e.tag == r->tag && e.taker == nullptr; });
-  r->mail = MpiRequest::Mail::kPosted;
-  if (early == p.early.end()) {
-    p.posted.push_back(r);
-    Drain(p);
-  } else if (early->whole) {
+  auto early = std::find_if(p.early.begin(), p.early.end(), [&](const Early& e) { return e.tag == r->tag; });
+  if (early != p.early.end()) {
     Deliver(r, early->via_mpi, early->bytes, early->data.data());
     p.early.erase(early);
-  } else {
-    early->taker = r;  // done when its last part comes
+    return;
   }
+  r->mail = MpiRequest::Mail::kPosted;
+  p.posted.push_back(r);
+  Drain(p);
 }
 
 void NodeMail::Progress() {
   for (int q : carried_) {
     Peer& p = peers_[q];
-    if (!p.queued.empty() || p.orphaned > 0) Flush(p);
+    if (!p.queued.empty()) Flush(p);
     Drain(p);
   }
 }
 
 void NodeMail::Withdraw(MpiRequest* r) {
   Peer& p = peers_[r->peer];
-  if (r->mail == MpiRequest::Mail::kQueued) {
-    if (!p.queued.empty() && p.queued.front() == r && p.offset > 0) {  // its other parts go as zeros
-      p.orphaned = r->bytes - p.offset;
-      p.offset = 0;
-    }
-    p.queued.erase(std::remove(p.queued.begin(), p.queued.end(), r), p.queued.end());
-    return;
-  }
-  p.posted.erase(std::remove(p.posted.begin(), p.posted.end(), r), p.posted.end());
-  if (p.taker == r) {  // the rest of its message is read past
-    p.taker = nullptr;
-    p.to = nullptr;
-  }
-  for (Early& e : p.early) {
-    if (e.taker == r) e.taker = nullptr;
-  }
+  std::deque<MpiRequest*>& list = r->mail == MpiRequest::Mail::kQueued ? p.queued : p.posted;
+  list.erase(std::remove(list.begin(), list.end(), r), list.end());
 }
 
-// Writes the queued sends, in order and in parts of a slot, while the
-// peer's ring has room.
+// Writes the queued sends, in order, while the peer's ring has room.
 void NodeMail::Flush(Peer& p) {
-  while (!p.queued.empty() || p.orphaned > 0) {
+  while (!p.queued.empty()) {
     if (p.written - p.taken_seen >= kSlots) {
       p.taken_seen = Taken(p.out).load(std::memory_order_acquire);
       if (p.written - p.taken_seen >= kSlots) return;
     }
-    SlotHead* slot = Slot(p.out, p.written + 1);
-    if (p.orphaned > 0) {  // a withdrawn send's parts still owed
-      const size_t n = std::min(payload_, p.orphaned);
-      std::memset(static_cast<void*>(slot + 1), 0, n);
-      p.orphaned -= n;
-      slot->seq.store(++p.written, std::memory_order_release);
-      continue;
-    }
     MpiRequest* r = p.queued.front();
-    const bool via_mpi = r->bytes > kMaxRing;
-    if (p.offset == 0) {
-      slot->tag = r->tag;
-      slot->via_mpi = via_mpi ? 1 : 0;
-      slot->bytes = r->bytes;
-    }
-    if (!via_mpi) {
-      const size_t n = std::min(payload_, r->bytes - p.offset);
-      if (n > 0) CopyOut(slot + 1, static_cast<const char*>(r->buf) + p.offset, n);
-      p.offset += n;
-    }
+    const bool via_mpi = r->bytes > payload_;
+    SlotHead* slot = Slot(p.out, p.written + 1);
+    slot->tag = r->tag;
+    slot->via_mpi = via_mpi ? 1 : 0;
+    slot->bytes = r->bytes;
+    if (!via_mpi && r->bytes > 0) CopyOut(slot + 1, r->buf, r->bytes);
     slot->seq.store(++p.written, std::memory_order_release);
-    if (via_mpi || p.offset == r->bytes) {
-      r->mail = via_mpi ? MpiRequest::Mail::kNone : MpiRequest::Mail::kDone;
-      r->sent = r->bytes;
-      p.offset = 0;
-      p.queued.pop_front();
-    }
+    r->mail = via_mpi ? MpiRequest::Mail::kNone : MpiRequest::Mail::kDone;
+    r->sent = r->bytes;
+    p.queued.pop_front();
   }
 }
 
-// Takes what came, in order. A message goes to the first receive posted
-// for its tag; one with none posted stays in its slot unless a receive is
-// posted for a later one or the ring is full. The later parts of a message
-// follow its first.
+// Takes the messages that came, in order: each to the first receive
+// posted for its tag; one with none posted stays in its slot unless a
+// receive is posted for a later one or the ring is full.
 void NodeMail::Drain(Peer& p) {
   for (;;) {
     SlotHead* slot = Slot(p.in, p.read + 1);
     if (slot->seq.load(std::memory_order_acquire) != p.read + 1) return;
-    const char* data = reinterpret_cast<const char*>(slot + 1);
-    if (p.left > 0) {  // a later part
-      const size_t n = std::min(payload_, p.left);
-      if (p.to != nullptr) std::memcpy(p.to, data, n);
-      if (p.to != nullptr) p.to += n;
-      p.left -= n;
-      if (p.left == 0) LastPart(p);
-      Taken(p.in).store(++p.read, std::memory_order_release);
-      continue;
-    }
-    const bool via_mpi = slot->via_mpi != 0;
-    const size_t bytes = slot->bytes, first = via_mpi ? 0 : std::min(payload_, bytes);
-    const bool whole = via_mpi || first == bytes;
     auto posted = std::find_if(p.posted.begin(), p.posted.end(), [&](MpiRequest* r) { return r->tag == slot->tag; });
+    const bool via_mpi = slot->via_mpi != 0;
     if (posted != p.posted.end()) {
       MpiRequest* r = *posted;
       p.posted.erase(posted);
-      if (whole) {
-        Deliver(r, via_mpi, bytes, data);
-      } else {  // in parts, straight into the receive's buffer (or past it, sizes disagreeing)
-        r->matched = true;
-        r->sent = bytes;
-        p.taker = r;
-        p.to = bytes == r->bytes ? static_cast<char*>(r->buf) : nullptr;
-        if (p.to != nullptr) std::memcpy(p.to, data, first);
-        if (p.to != nullptr) p.to += first;
-        p.left = bytes - first;
-      }
+      Deliver(r, via_mpi, slot->bytes, slot + 1);
     } else {
       const bool full = Slot(p.in, p.read + kSlots)->seq.load(std::memory_order_acquire) == p.read + kSlots;
       if (p.posted.empty() && !full) return;
       Early& e = p.early.emplace_back();
       e.tag = slot->tag;
       e.via_mpi = via_mpi;
-      e.bytes = bytes;
-      e.whole = whole;
-      if (!via_mpi) {
-        e.data.resize(bytes);
-        std::memcpy(e.data.data(), data, first);
-      }
-      if (!e.whole) {
-        p.stash = std::prev(p.early.end());
-        p.to = e.data.data() + first;
-        p.left = bytes - first;
-      }
+      e.bytes = slot->bytes;
+      if (!via_mpi) e.data.assign(reinterpret_cast<const char*>(slot + 1), slot->bytes);
     }
     Taken(p.in).store(++p.read, std::memory_order_release);
   }
 }
 
-// The last part of a message in parts came: its receive is done, or its
-// early copy whole (and done, if a receive took it meanwhile).
-void NodeMail::LastPart(Peer& p) {
-  if (p.taker != nullptr) {
-    p.taker->mail = MpiRequest::Mail::kDone;
-    p.taker = nullptr;
-  } else if (p.stash != p.early.end()) {
-    p.stash->whole = true;
-    if (MpiRequest* r = p.stash->taker; r != nullptr) {
-      Deliver(r, false, p.stash->bytes, p.stash->data.data());
-      p.early.erase(p.stash);
-    }
-  }
-  p.stash = p.early.end();
-  p.to = nullptr;
-}
-
-// Finishes receive r with a whole message of `bytes` (at `data`, or
-// through MPI).
+// Finishes receive r with a message of `bytes` (at `data`, or through MPI).
 void NodeMail::Deliver(MpiRequest* r, bool via_mpi, size_t bytes, const void* data) {
   r->matched = true;
   r->sent = bytes;

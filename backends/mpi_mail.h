@@ -1,15 +1,14 @@
 // The mpi backend's messages between ranks of one node: each rank has, in
 // memory the node's ranks share, a ring of slots from every other rank of
-// its node. A message of up to kMaxRing bytes is written there by its
-// sender, in parts of a slot as the ring has room (its send is done once
-// the last is in), and copied out by its receiver as the parts come, with
-// no MPI call. A larger one goes through MPI (Open MPI's single-copy path),
-// announced by an envelope in the ring. So every message between two ranks
-// of a node passes the ring in the order sent, and receives match them
-// there, by (source, tag) in the order posted, as MPI would: a message
-// with no receive posted for it stays in the ring, and moves to a list of
-// early messages only when a receive for a later one is posted or the ring
-// fills.
+// its node. A message that fits a slot is
+// written there by its sender, whose send is then done, and copied out by
+// its receiver: two copies in the caches, no MPI call. A larger one goes
+// through MPI as before (Open MPI's single-copy path), announced by an
+// envelope in the ring. So every message between two ranks of a node
+// passes the ring in the order sent, and receives match them there, by
+// (source, tag) in the order posted, as MPI would: a message with no
+// receive posted for it stays in its slot, and moves to a list of early
+// messages only when a receive for a later one is posted or the ring fills.
 #pragma once
 
 #include <mpi.h>
@@ -17,7 +16,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,15 +58,13 @@ class NodeMail {
   ~NodeMail();
 
   static constexpr int kMaxRanks = 64;
-  // Messages of at most this many bytes travel in the ring (in parts of a
-  // slot); larger ones through MPI.
-  static constexpr size_t kMaxRing = size_t{256} << 10;
   // Whether messages to and from `peer` pass the rings.
   bool Carries(int peer) const { return peers_[peer].in != nullptr; }
+  // Messages of at most this many bytes travel in a slot.
+  size_t max_inline() const { return payload_; }
 
-  // A send to a peer it carries: the message into the ring (r is done
-  // once it is all there), or for a larger one its envelope (r->request is
-  // the MPI send).
+  // A send to a peer it carries: the message in a slot (r is then done),
+  // or for a larger one its envelope (r->request is the MPI send).
   void Send(MpiRequest* r);
   // A receive from a peer it carries: done from the ring, or (a large
   // message) handed on to MPI (r->mail kNone, r->request posted).
@@ -82,30 +78,16 @@ class NodeMail {
   struct Early {  // a message that came before its receive
     int tag = 0;
     bool via_mpi = false;
-    bool whole = true;  // all its parts are in data
     size_t bytes = 0;
     std::string data;
-    MpiRequest* taker = nullptr;  // a receive waiting for its last parts
   };
   struct Peer {
     char* in = nullptr;   // the ring from this peer (this rank's memory)
     char* out = nullptr;  // the ring to this peer (the peer's memory)
-    // out: slots written, the peer's count of slots taken (last read), the
-    // bytes of the first queued send written, a withdrawn send's bytes
-    // still owed (written as zeros).
-    uint64_t written = 0, taken_seen = 0;
-    size_t offset = 0, orphaned = 0;
-    std::deque<MpiRequest*> queued;
-    // in: slots taken; a message in parts being taken: bytes still to
-    // come, where they go (nullptr: nowhere), for which receive or early
-    // copy.
-    uint64_t read = 0;
-    size_t left = 0;
-    char* to = nullptr;
-    MpiRequest* taker = nullptr;
-    std::list<Early>::iterator stash;
-    std::deque<MpiRequest*> posted;
-    std::list<Early> early;
+    uint64_t written = 0, taken_seen = 0;  // out: messages written; the peer's count, last read
+    uint64_t read = 0;                     // in: messages taken
+    std::deque<MpiRequest*> queued, posted;
+    std::deque<Early> early;
   };
   struct SlotHead;
 
@@ -114,7 +96,6 @@ class NodeMail {
   SlotHead* Slot(char* ring, uint64_t n) const;
   void Flush(Peer& p);
   void Drain(Peer& p);
-  void LastPart(Peer& p);
   void Deliver(MpiRequest* r, bool via_mpi, size_t bytes, const void* data);
 
   const MPI_Comm comm_;
