@@ -1,11 +1,11 @@
 // The rings of the mpi backend's node mail (mpi_mail.h).
 //
 // The node's ranks share one segment of POSIX shared memory: an inbox per
-// rank, of a ring from every other. A ring: a line holding `taken` (the messages
-// the receiver is done with, written by it alone), then kSlots slots of a
-// 64-byte head and payload_ bytes. Message n (from 1) goes to slot
-// (n - 1) % kSlots once n - kSlots are taken; its sender writes the head
-// and payload, then releases seq = n, which its receiver acquires.
+// rank, of a ring from every other. A ring: a line holding `taken` (the
+// messages the receiver is done with, written by it alone), then kSlots
+// slots of a 64-byte head and payload_ bytes. Message n (from 1) goes to
+// slot (n - 1) % kSlots once n - kSlots are taken; its sender writes the
+// head and payload, then releases seq = n, which its receiver acquires.
 #include "mpi_mail.h"
 
 #include <algorithm>
@@ -234,18 +234,21 @@ void NodeMail::Drain(Peer& p) {
     if (slot->seq.load(std::memory_order_acquire) != p.read + 1) return;
     auto posted = std::find_if(p.posted.begin(), p.posted.end(), [&](MpiRequest* r) { return r->tag == slot->tag; });
     const bool via_mpi = slot->via_mpi != 0;
+    // The head is another process's writing: what is read of the slot
+    // stays in it.
+    const size_t bytes = via_mpi ? slot->bytes : std::min<size_t>(slot->bytes, payload_);
     if (posted != p.posted.end()) {
       MpiRequest* r = *posted;
       p.posted.erase(posted);
-      Deliver(r, via_mpi, slot->bytes, slot + 1);
+      Deliver(r, via_mpi, bytes, slot + 1);
     } else {
       const bool full = Slot(p.in, p.read + kSlots)->seq.load(std::memory_order_acquire) == p.read + kSlots;
       if (p.posted.empty() && !full) return;
       Early& e = p.early.emplace_back();
       e.tag = slot->tag;
       e.via_mpi = via_mpi;
-      e.bytes = slot->bytes;
-      if (!via_mpi) e.data.assign(reinterpret_cast<const char*>(slot + 1), slot->bytes);
+      e.bytes = bytes;
+      if (!via_mpi) e.data.assign(reinterpret_cast<const char*>(slot + 1), bytes);
     }
     Taken(p.in).store(++p.read, std::memory_order_release);
   }
