@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <system_error>
+#include <exception>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -265,15 +265,21 @@ absl::Status RunRanks(const std::vector<std::unique_ptr<Comm>>& comms,
   }
   std::vector<absl::Status> results(comms.size());
   std::vector<std::thread> threads;
+  threads.reserve(comms.size());
   for (size_t r = 0; r < comms.size(); ++r) {
     try {
       threads.emplace_back([&, r] {
-        results[r] = body(*comms[r]);
+        try {
+          results[r] = body(*comms[r]);
+        } catch (const std::exception& e) {  // out of memory, as near an address-space limit
+          results[r] = absl::ResourceExhaustedError(absl::StrCat("thread rank ", r, ": ", e.what()));
+        }
         if (!results[r].ok()) comms[r]->Abort(results[r].message());
       });
-    } catch (const std::system_error& e) {
-      // The system refused a thread: the ranks started are told (they would
-      // wait for this one forever) and joined; the refusal is the error.
+    } catch (const std::exception& e) {
+      // The system refused a thread (or the memory for one): the ranks
+      // started are told (they would wait for this one forever) and joined;
+      // the refusal is the error.
       const std::string why = absl::StrCat("cannot start thread rank ", r, " of ", comms.size(), ": ", e.what());
       comms[0]->Abort(why);
       for (std::thread& t : threads) t.join();
