@@ -117,7 +117,8 @@ std::unique_ptr<NodeMail> NodeMail::Create(MPI_Comm comm) {
   if (local_rank == 0) {
     std::snprintf(name, sizeof name, "/kreg-mpi-%d-%u", static_cast<int>(getpid()), made++);
     fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd >= 0 && (ftruncate(fd, static_cast<off_t>(total)) != 0 || posix_fallocate(fd, 0, static_cast<off_t>(total)) != 0)) {
+    if (fd >= 0 && (ftruncate(fd, static_cast<off_t>(total)) != 0 ||
+                    posix_fallocate(fd, 0, static_cast<off_t>(total)) != 0)) {
       close(fd);
       fd = -1;
     }
@@ -138,8 +139,7 @@ std::unique_ptr<NodeMail> NodeMail::Create(MPI_Comm comm) {
     MPI_Comm_free(&local);
     return nullptr;
   }
-  // The node's ranks as ranks of comm; ring i of an inbox is from the i-th
-  // other rank of the node.
+  // The node's ranks as ranks of comm.
   MPI_Group group, local_group;
   MPI_Comm_group(comm, &group);
   MPI_Comm_group(local, &local_group);
@@ -151,11 +151,15 @@ std::unique_ptr<NodeMail> NodeMail::Create(MPI_Comm comm) {
   MPI_Comm_free(&local);
   std::unique_ptr<NodeMail> mail(new NodeMail(comm, static_cast<char*>(base), total, payload));
   mail->peers_.resize(size);
+  // Ring i of an inbox is from the i-th other rank of the node.
+  auto ring_at = [&](int owner, int from) {
+    return mail->base_ + static_cast<size_t>(owner) * inbox + static_cast<size_t>(from - (from > owner)) * ring;
+  };
   for (int q = 0; q < local_size; ++q) {
     if (q == local_rank) continue;
     Peer& p = mail->peers_[ranks[q]];
-    p.in = mail->base_ + static_cast<size_t>(local_rank) * inbox + static_cast<size_t>(q < local_rank ? q : q - 1) * ring;
-    p.out = mail->base_ + static_cast<size_t>(q) * inbox + static_cast<size_t>(local_rank < q ? local_rank : local_rank - 1) * ring;
+    p.in = ring_at(local_rank, q);
+    p.out = ring_at(q, local_rank);
     mail->carried_.push_back(ranks[q]);
   }
   return mail;

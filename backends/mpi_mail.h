@@ -1,14 +1,14 @@
 // The mpi backend's messages between ranks of one node: each rank has, in
 // memory the node's ranks share, a ring of slots from every other rank of
-// its node. A message that fits a slot is
-// written there by its sender, whose send is then done, and copied out by
-// its receiver: two copies in the caches, no MPI call. A larger one goes
-// through MPI as before (Open MPI's single-copy path), announced by an
-// envelope in the ring. So every message between two ranks of a node
-// passes the ring in the order sent, and receives match them there, by
-// (source, tag) in the order posted, as MPI would: a message with no
-// receive posted for it stays in its slot, and moves to a list of early
-// messages only when a receive for a later one is posted or the ring fills.
+// its node. A message that fits a slot is written there by its sender,
+// whose send is then done, and copied out by its receiver, with no MPI
+// call. A larger one goes through MPI as before (Open MPI's single-copy
+// path), announced by an envelope in the ring. So every message between
+// two ranks of a node passes the ring in the order sent, and receives
+// match them there, by (source, tag) in the order posted, as MPI would: a
+// message with no receive posted for it stays in its slot, and moves to a
+// list of early messages only when a receive for a later one is posted or
+// the ring fills.
 #pragma once
 
 #include <mpi.h>

@@ -1,7 +1,8 @@
 // The mpi backend through the ABI table, run under mpirun -n 2 (see
 // tests/CMakeLists.txt): host collectives, sizes that disagree, matching
 // through the node's rings, a message over 2 GiB (slow label only:
-// KREG_MPI_BIG=1), and a rank that never answers. Every rank runs every test, in the same order.
+// KREG_MPI_BIG=1), and a rank that never answers. Every rank runs every
+// test, in the same order.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
