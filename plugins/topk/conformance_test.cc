@@ -482,6 +482,80 @@ TEST(TopKRadixTest, SampledThresholdStaysExactOnAdversarialLongRows) {
   }
 }
 
+TEST(TopKRadixTest, CarriedThresholdStaysExactWhereTheNextRowDiffers) {
+  std::shared_ptr<const Kernel> radix = *TheRegistry().Get("topk/radix");
+  if (!radix->available()) GTEST_SKIP() << Why(*radix);
+  // A long row leaves the next row of its length and start a threshold that
+  // about k + a margin of a like row reach (radix.cc's Select). On one
+  // thread the rows go in order, so each row here tries the one before's:
+  // a normal row A, then A with its j best moved to the bottom, for j from
+  // 0 to past the margin (the count passing steps down through k and the
+  // margin's edge), then rows that are not like the one before: shifted
+  // down (fewer than k pass), shifted up (more than the pass has room
+  // for), one value, and A again. Negated for the smallest.
+  constexpr int64_t kLen = 20000;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> a(kLen);
+  for (float& x : a) x = normal(rng);
+  std::vector<int64_t> order(kLen);
+  for (int64_t i = 0; i < kLen; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return a[x] > a[y]; });
+  std::vector<std::vector<float>> rows;
+  for (int64_t j = 0; j <= 480; j += 16) {
+    rows.push_back(a);
+    std::vector<float> moved = a;
+    for (int64_t i = 0; i < j; ++i) moved[order[i]] = -100.0f;
+    rows.push_back(moved);
+  }
+  for (float shift : {-3.0f, 3.0f, 0.0f}) {
+    rows.push_back(a);
+    for (float& x : rows.emplace_back(a)) x += shift;
+  }
+  rows.emplace_back(kLen, 2.5f);
+  rows.push_back(a);
+  const int64_t n_rows = static_cast<int64_t>(rows.size());
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (bool largest : {true, false}) {
+      Tensor input(dtype, {n_rows, kLen});
+      for (int64_t r = 0; r < n_rows; ++r) {
+        for (int64_t i = 0; i < kLen; ++i) {
+          const float x = largest ? rows[r][i] : -rows[r][i];
+          uint32_t bits;
+          std::memcpy(&bits, &x, 4);
+          if (dtype == DType::kF32) {
+            input.data_as<uint32_t>()[r * kLen + i] = bits;
+          } else {
+            input.data_as<uint16_t>()[r * kLen + i] = static_cast<uint16_t>(bits >> 16);
+          }
+        }
+      }
+      for (int64_t k : {100, 2048}) {
+        for (bool ranges : {false, true}) {
+          SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " k=", k, " largest=", largest, " ranges=", ranges));
+          std::map<std::string, Tensor> inputs = {{"input", input}};
+          if (ranges) {  // every row [7, kLen - 3): the carry's columns start past 0
+            inputs["row_starts"] = I32(std::vector<int32_t>(n_rows, 7));
+            inputs["row_ends"] = I32(std::vector<int32_t>(n_rows, kLen - 3));
+          }
+          std::unique_ptr<Problem> problem = TopKProblem(inputs, k, largest);
+          ASSERT_NE(problem, nullptr);
+          ASSERT_TRUE(problem->ComputeReference().ok());
+          problem->PoisonOutputs();
+          absl::StatusOr<Config> config = radix->ParseConfig({});
+          ASSERT_TRUE(config.ok()) << config.status();
+          RunOptions one_thread;
+          one_thread.num_threads = 1;
+          absl::Status run = radix->Run(*config, *problem->args(), one_thread);
+          ASSERT_TRUE(run.ok()) << run;
+          absl::Status check = problem->CheckOutputs();
+          EXPECT_TRUE(check.ok()) << check;
+        }
+      }
+    }
+  }
+}
+
 TEST(TopKBlockwiseTest, ReportsTheDepthEachRowStoppedAt) {
   std::shared_ptr<const Kernel> blockwise = *TheRegistry().Get("topk/blockwise");
   if (!blockwise->available()) GTEST_SKIP() << Why(*blockwise);
