@@ -644,13 +644,14 @@ void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end
   const int64_t size = bf16 ? 2 : 4;
   const char* first = static_cast<const char*>(row) + start * size;
   const uint32_t flip = largest ? 0u : 0xffffffffu;
-  if (len >= 8 * kSample && len > k) {
+  const bool carries = len >= 8 * kSample && len > k;
+  int64_t n = -1;  // survivors of a threshold; -1 for none
+  if (carries) {
     // Room for twice the survivors the sample predicts; more means ties
     // at t or a sample that misjudged the row.
     const int64_t limit = std::min(len, 2 * (k + len / kSample) + 64);
     s.scores.resize(limit + 16);
     s.cols.resize(limit + 16);
-    int64_t n = -1;
     if (s.carried != 0 && s.carried_len == len && s.carried_start == start) {
       n = Collect(first, bf16, len, flip, s.carried, start, limit, cfg, s.scores.data(), s.cols.data());
     }
@@ -661,17 +662,22 @@ void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end
         n = Collect(first, bf16, len, flip, t, start, limit, cfg, s.scores.data(), s.cols.data());
       }
     }
-    if (n >= k) {  // a few more than k: sorting them all is cheaper than selecting first
-      const int64_t margin = CarryMargin(len, k);
-      s.ranked.resize(n);
-      ComputeScores(s.scores.data(), false, n, flip, s.ranked.data());
-      SortBest(ScoredColumns{s.ranked.data(), s.cols.data()}, n, out, s.tmp, s.counts, cfg.avx512);
-      s.carried = CarriedThreshold(out, k + margin);
-      s.carried_len = len;
-      s.carried_start = start;
-      out.resize(k);
-      return;
-    }
+  }
+  // What this row leaves the next, from its best (all its survivors, or
+  // its k best).
+  auto leave = [&] {
+    if (!carries) return;
+    s.carried = CarriedThreshold(out, k + CarryMargin(len, k));
+    s.carried_len = len;
+    s.carried_start = start;
+  };
+  if (n >= k) {  // a few more than k: sorting them all is cheaper than selecting first
+    s.ranked.resize(n);
+    ComputeScores(s.scores.data(), false, n, flip, s.ranked.data());
+    SortBest(ScoredColumns{s.ranked.data(), s.cols.data()}, n, out, s.tmp, s.counts, cfg.avx512);
+    leave();
+    out.resize(k);
+    return;
   }
   s.scores.resize(len);
   uint32_t* scores = s.scores.data();
@@ -683,6 +689,7 @@ void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end
     return;
   }
   SelectScores(scores, nullptr, start, len, k, cfg, s, out);
+  leave();
 }
 
 kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg,
