@@ -4,7 +4,9 @@
 // with the worker's own reason; an op with an in-out tensor (axpy) is
 // measured like any other; legality checks run in the worker too, and one
 // that crashes or hangs is recorded as such. The protocol carries any bytes.
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -466,6 +468,47 @@ TEST(IsolatedRunnerTest, AWorkerThatIsNotOneIsAnErrorForEveryCandidate) {
   Measurement m = missing.Measure("topk/sort", {}, 3);
   EXPECT_EQ(m.status, TrialStatus::kError);
   EXPECT_THAT(m.error, HasSubstr("/nonexistent/kreg-worker"));
+}
+
+// The tuner killed between spawning its worker and the worker's first
+// instruction: the worker, reparented, finds a parent other than the one
+// IsolatedRunner named (kWorkerParentEnv) and exits, rather than run on as
+// an orphan (its parent-death signal is set too late to stop it; a job whose
+// kernel hangs would then never end). Its stdin stays open here, so a worker
+// that did not check would wait on it for ever.
+TEST(IsolatedRunnerTest, AWorkerWhoseTunerIsAlreadyGoneDoesNotStart) {
+  int in[2], err[2];
+  ASSERT_EQ(pipe(in), 0);
+  ASSERT_EQ(pipe(err), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(err[1], 2);
+    setenv(kWorkerParentEnv, "1", 1);  // not this child's parent, the test
+    execl(KREG_WORKER_BIN, KREG_WORKER_BIN, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(in[0]);
+  close(err[1]);
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 200 && done == 0; ++i) {
+    done = waitpid(pid, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  std::string said(512, '\0');
+  said.resize(std::max<ssize_t>(0, read(err[0], said.data(), said.size())));
+  close(in[1]);
+  close(err[0]);
+  ASSERT_EQ(done, pid) << "the worker ran on for 10 s";
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_THAT(said, HasSubstr("kreg-worker: the tuner (pid 1) is gone; not starting"));
 }
 
 std::string RealPath(const std::string& path) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -229,10 +230,18 @@ worker::Reply DoneReply(int64_t id, const Measurement& m) {
 }  // namespace
 
 int WorkerMain(int in_fd, int protocol_fd) {
-  // Die with the tuner, even if it is killed outright.
-  const pid_t parent = getppid();
+  // Die with the tuner, even if it is killed outright; and not start where
+  // it already has (kWorkerParentEnv; without it, as run by hand, the
+  // parent is whoever it is now).
+  const char* named = std::getenv(kWorkerParentEnv);
+  const pid_t parent = named != nullptr ? static_cast<pid_t>(std::atol(named)) : getppid();
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) return 1;
+  if (getppid() != parent) {
+    const std::string why = absl::StrCat("kreg-worker: the tuner (pid ", named != nullptr ? named : "?",
+                                         ") is gone; not starting\n");
+    WriteAll(2, why);
+    return 1;
+  }
   // The protocol gets its own descriptor; whatever a kernel prints to
   // stdout goes to stderr instead of into the protocol.
   const int out_fd = protocol_fd == 1 ? fcntl(1, F_DUPFD_CLOEXEC, 3) : protocol_fd;

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kreg/registry.h"
@@ -151,8 +152,16 @@ absl::Status IsolatedRunner::Spawn() {
   posix_spawnattr_init(&attr);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setpgroup(&attr, 0);
+  // The environment, with this process named as the worker's parent.
+  const std::string name = absl::StrCat(kWorkerParentEnv, "="), parent = absl::StrCat(name, getpid());
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, name)) envp.push_back(*e);
+  }
+  envp.push_back(const_cast<char*>(parent.c_str()));
+  envp.push_back(nullptr);
   pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ);
+  int rc = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   close(in[0]);

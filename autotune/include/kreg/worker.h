@@ -194,6 +194,12 @@ class IsolatedRunner : public CandidateRunner {
   std::set<std::string> verified_;
 };
 
+// Where IsolatedRunner tells its worker the tuner's pid: a worker whose
+// parent is already gone when it starts (the tuner killed between the spawn
+// and the worker's first instruction) exits instead of running on as an
+// orphan, which the parent-death signal, set too late, would not stop.
+inline constexpr char kWorkerParentEnv[] = "KREG_WORKER_PARENT";
+
 // The worker's side (the kreg-worker program's main): reads the protocol on
 // `in_fd`, answers on `out_fd`; when that is 1, the protocol moves to a
 // descriptor of its own and stdout becomes stderr. Returns the process exit
