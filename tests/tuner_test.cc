@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kreg/npy.h"
@@ -477,6 +478,9 @@ TEST(IsolatedRunnerTest, AWorkerThatIsNotOneIsAnErrorForEveryCandidate) {
 // kernel hangs would then never end). Its stdin stays open here, so a worker
 // that did not check would wait on it for ever.
 TEST(IsolatedRunnerTest, AWorkerWhoseTunerIsAlreadyGoneDoesNotStart) {
+  // Made before the fork: the child of a threaded process may only exec.
+  std::string named = absl::StrCat(kWorkerParentEnv, "=1");  // not the child's parent, the test
+  char* envp[] = {named.data(), nullptr};
   int in[2], err[2];
   ASSERT_EQ(pipe(in), 0);
   ASSERT_EQ(pipe(err), 0);
@@ -485,8 +489,7 @@ TEST(IsolatedRunnerTest, AWorkerWhoseTunerIsAlreadyGoneDoesNotStart) {
   if (pid == 0) {
     dup2(in[0], 0);
     dup2(err[1], 2);
-    setenv(kWorkerParentEnv, "1", 1);  // not this child's parent, the test
-    execl(KREG_WORKER_BIN, KREG_WORKER_BIN, static_cast<char*>(nullptr));
+    execle(KREG_WORKER_BIN, KREG_WORKER_BIN, static_cast<char*>(nullptr), envp);
     _exit(127);
   }
   close(in[0]);

@@ -70,7 +70,8 @@ constexpr double kMinTimeSeconds = 0.3;
 // seeds) so that each iteration reads memory the previous one did not leave
 // in cache. Well past any L3 kreg's machines report (16-32 MiB): on a 2-core
 // Zen 4 VM a 64 MiB rotation let the floor read 8 MiB in 0.10-0.25 ms from
-// run to run (up to 84 GB/s, cache speed), at 512 MiB 0.20-0.28 ms.
+// run to run (up to 84 GB/s, cache speed), at 512 MiB 0.145-0.28 ms. (All
+// shapes' buffers together then hold about 3 GiB.)
 constexpr size_t kRotateBelowBytes = size_t{512} << 20;
 constexpr int kMaxBuffers = 64;
 
