@@ -29,6 +29,8 @@ namespace kreg {
 
 using tuning::Trial;
 using tuning_db_internal::Eligible;
+using tuning_db_internal::Faster;
+using tuning_db_internal::TrialIdOf;
 using tuning_db_internal::Sanitize;
 
 namespace {
@@ -279,11 +281,12 @@ absl::Status TuningDb::Save(const std::string& path, const SaveOptions& options)
         if (i == kept.size()) {
           kept.push_back(t);
           kept_choices.push_back(mine);
-        } else if (t.median_ns() < kept[i].median_ns()) {
+        } else if (Faster(t, TrialIdOf(t), kept[i], TrialIdOf(kept[i]))) {
           kept[i] = t;
         }
       }
-      std::sort(kept.begin(), kept.end(), [](const Trial& a, const Trial& b) { return a.median_ns() < b.median_ns(); });
+      std::sort(kept.begin(), kept.end(),
+                [](const Trial& a, const Trial& b) { return Faster(a, TrialIdOf(a), b, TrialIdOf(b)); });
       // best and runner_up are the first two: readers derive them again.
       e.clear_trials();
       e.clear_best();
