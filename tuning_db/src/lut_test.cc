@@ -100,24 +100,6 @@ TEST_F(Query, ExactHit) {
   EXPECT_EQ(MatchName(Match::kExact), "exact");
 }
 
-// Two trials as fast as each other: the answer is the table's best (the
-// lower trial id), whichever was recorded first.
-TEST_F(Query, ATieAnswersWithTheTablesBest) {
-  for (bool nth_first : {true, false}) {
-    TuningDb db;
-    db.AddTrial(Key(8, 1000, 10), Sort(nth_first ? "nth_element" : "partial_sort", 200));
-    db.AddTrial(Key(8, 1000, 10), Sort(nth_first ? "partial_sort" : "nth_element", 200));
-    const tuning::Entry* e = db.FindEntry(Key(8, 1000, 10));
-    ASSERT_NE(e, nullptr);
-    absl::StatusOr<Lut> lut = Lut::Build(db, *registry_);
-    ASSERT_TRUE(lut.ok()) << lut.status();
-    absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine);
-    ASSERT_TRUE(a.ok()) << a.status();
-    EXPECT_EQ(a->kernel->ConfigString(*a->config), "method=nth_element") << nth_first;
-    EXPECT_EQ(TrialId(*a->trial), TrialId(e->best())) << nth_first;
-  }
-}
-
 TEST_F(Query, AnswersSayWhenTheirSweepWasCutShort) {
   TuningDb db;
   db.AddTrial(Key(8, 1000, 10), Sort("nth_element", 5));

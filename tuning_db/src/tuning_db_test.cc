@@ -235,6 +235,34 @@ TEST(Recording, SummaryAndTextName) {
   EXPECT_THAT(db.ToText(), HasSubstr("strategy: \"exhaustive\""));
 }
 
+// Trials as fast as each other, recorded in either order: the table's best
+// is the lower trial id, and the lookup, a slim copy and the lookup of that
+// copy all answer with it.
+using Ties = WithRegistry;
+
+TEST_F(Ties, EveryReaderTakesTheTablesBest) {
+  for (bool twelve_first : {true, false}) {
+    TuningDb db;
+    db.AddTrial(Key(8, 1000, 10), Radix(twelve_first ? 12 : 11, 250));
+    db.AddTrial(Key(8, 1000, 10), Radix(twelve_first ? 11 : 12, 250));
+    db.AddTrial(Key(8, 1000, 10), Sort("nth_element", 300));
+    const std::string best = TrialId(db.FindEntry(Key(8, 1000, 10))->best());
+    EXPECT_EQ(best, TrialId(Radix(11, 250)));
+    const std::string dir = TempDir("ties");
+    ASSERT_TRUE(db.Save(dir + "/t.kdb", {.best_per_variant = true}).ok());
+    absl::StatusOr<TuningDb> slim = TuningDb::Load(dir + "/t.kdb");
+    ASSERT_TRUE(slim.ok()) << slim.status();
+    EXPECT_EQ(TrialId(slim->FindEntry(Key(8, 1000, 10))->best()), best) << twelve_first;
+    for (const TuningDb* table : {&db, &*slim}) {
+      absl::StatusOr<Lut> lut = Lut::Build(*table, *registry_);
+      ASSERT_TRUE(lut.ok()) << lut.status();
+      absl::StatusOr<LutAnswer> a = lut->Query("topk", "f32", {{"batch", 8}, {"n", 1000}, {"k", 10}}, kMachine);
+      ASSERT_TRUE(a.ok()) << a.status();
+      EXPECT_EQ(TrialId(*a->trial), best) << twelve_first;
+    }
+  }
+}
+
 using Stale = WithRegistry;
 
 TEST_F(Stale, DropStaleRemovesOnlyChangedVariantsTrials) {
