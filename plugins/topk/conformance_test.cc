@@ -126,6 +126,25 @@ Tensor Row(std::vector<float> values) {
 }
 
 
+// Rows of floats as a [rows, len] tensor of dtype (bf16: each truncated).
+Tensor Rows(DType dtype, const std::vector<std::vector<float>>& rows, bool negate = false) {
+  const int64_t len = rows.empty() ? 0 : static_cast<int64_t>(rows[0].size());
+  Tensor t(dtype, {static_cast<int64_t>(rows.size()), len});
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (int64_t i = 0; i < len; ++i) {
+      const float x = negate ? -rows[r][i] : rows[r][i];
+      uint32_t bits;
+      std::memcpy(&bits, &x, 4);
+      if (dtype == DType::kF32) {
+        t.data_as<uint32_t>()[r * len + i] = bits;
+      } else {
+        t.data_as<uint16_t>()[r * len + i] = static_cast<uint16_t>(bits >> 16);
+      }
+    }
+  }
+  return t;
+}
+
 std::shared_ptr<const Op> TopK() { return *TheRegistry().GetOp("topk"); }
 
 // A topk problem on the given inputs (dims from their shapes).
@@ -517,19 +536,7 @@ TEST(TopKRadixTest, CarriedThresholdStaysExactWhereTheNextRowDiffers) {
   const int64_t n_rows = static_cast<int64_t>(rows.size());
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (bool largest : {true, false}) {
-      Tensor input(dtype, {n_rows, kLen});
-      for (int64_t r = 0; r < n_rows; ++r) {
-        for (int64_t i = 0; i < kLen; ++i) {
-          const float x = largest ? rows[r][i] : -rows[r][i];
-          uint32_t bits;
-          std::memcpy(&bits, &x, 4);
-          if (dtype == DType::kF32) {
-            input.data_as<uint32_t>()[r * kLen + i] = bits;
-          } else {
-            input.data_as<uint16_t>()[r * kLen + i] = static_cast<uint16_t>(bits >> 16);
-          }
-        }
-      }
+      Tensor input = Rows(dtype, rows, !largest);
       for (int64_t k : {100, 2048}) {
         for (bool ranges : {false, true}) {
           SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " k=", k, " largest=", largest, " ranges=", ranges));
@@ -551,6 +558,56 @@ TEST(TopKRadixTest, CarriedThresholdStaysExactWhereTheNextRowDiffers) {
           absl::Status check = problem->CheckOutputs();
           EXPECT_TRUE(check.ok()) << check;
         }
+      }
+    }
+  }
+}
+
+TEST(TopKRadixTest, SortOfTheSurvivorsStaysExactWhereTheyBunch) {
+  std::shared_ptr<const Kernel> radix = *TheRegistry().Get("topk/radix");
+  if (!radix->available()) GTEST_SKIP() << Why(*radix);
+  // A long row's ~k survivors are placed by the top 12 bits of their
+  // distance from the lowest and then put in order within each of those
+  // buckets (radix.cc's SortTopK); a bucket of more than 32 sends them all
+  // to the LSD sort. Rows: groups of ~28 scores 2048 ulps apart (one bucket
+  // each), rising with the column inside a group (every key moves the
+  // most), in pairs of equal scores; the same with ~34 a group; normal
+  // values with a few huge ones, which bunch the rest in the lowest
+  // buckets. Each followed by a normal row, which carries a threshold
+  // that does not suit the next.
+  constexpr int64_t kLen = 20000;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> rows;
+  auto normal_row = [&] {
+    for (float& x : rows.emplace_back(kLen)) x = normal(rng);
+  };
+  for (int64_t groups : {700, 580}) {
+    normal_row();
+    std::vector<float>& row = rows.emplace_back(kLen);
+    for (int64_t c = 0; c < kLen; ++c) {
+      const uint32_t bits = 0x3f800000u + static_cast<uint32_t>((c % groups) * 2048 + c / groups / 2);
+      std::memcpy(&row[c], &bits, 4);
+    }
+  }
+  normal_row();
+  normal_row();
+  for (int64_t c : {17, 5000, 9999, 12345}) rows.back()[c] = c == 5000 ? 3e38f : 1e30f;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (bool largest : {true, false}) {
+      const Tensor input = Rows(dtype, rows, !largest);
+      for (int64_t k : {100, 2048}) {
+        SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " k=", k, " largest=", largest));
+        std::unique_ptr<Problem> problem = TopKProblem({{"input", input}}, k, largest);
+        ASSERT_NE(problem, nullptr);
+        ASSERT_TRUE(problem->ComputeReference().ok());
+        problem->PoisonOutputs();
+        RunOptions one_thread;  // the rows in order, so each carries to the next
+        one_thread.num_threads = 1;
+        absl::Status run = radix->Run(radix->DefaultConfig(), *problem->args(), one_thread);
+        ASSERT_TRUE(run.ok()) << run;
+        absl::Status check = problem->CheckOutputs();
+        EXPECT_TRUE(check.ok()) << check;
       }
     }
   }
