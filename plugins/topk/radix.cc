@@ -30,7 +30,6 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <type_traits>
 #include <vector>
 
 #include "common.h"
@@ -267,20 +266,23 @@ struct ScoreRange {
   uint32_t lo = 0, hi = 0;
   uint32_t differ = 0;  // the bits where some score differs from the first
 };
-// The range of n scores side by side: auto-vectorised, once per ISA.
-__attribute__((target_clones("avx2", "default"))) ScoreRange RangeOf(const uint32_t* scores, size_t n) {
+// The scores of n f32 elements' bits (as ComputeScores), and their range.
+__attribute__((target_clones("avx2", "default"))) ScoreRange ScoresAndRange(const uint32_t* bits, size_t n,
+                                                                           uint32_t flip, uint32_t* scores) {
   ScoreRange r;
-  r.lo = r.hi = n > 0 ? scores[0] : 0;
+  r.lo = r.hi = n > 0 ? OrderedKey(bits[0]) ^ flip : 0;
+  const uint32_t first = r.lo;
   for (size_t i = 0; i < n; ++i) {
-    r.lo = std::min(r.lo, scores[i]);
-    r.hi = std::max(r.hi, scores[i]);
-    r.differ |= scores[i] ^ scores[0];
+    const uint32_t score = OrderedKey(bits[i]) ^ flip;
+    scores[i] = score;
+    r.lo = std::min(r.lo, score);
+    r.hi = std::max(r.hi, score);
+    r.differ |= score ^ first;
   }
   return r;
 }
 template <typename From>
 ScoreRange ScoresOf(const From& from, size_t n) {
-  if constexpr (std::is_same_v<From, ScoredColumns>) return RangeOf(from.scores, n);
   ScoreRange r;
   r.lo = r.hi = n > 0 ? from.Score(0) : 0;
   for (size_t i = 0; i < n; ++i) {
@@ -357,11 +359,11 @@ uint32_t CarriedThreshold(const std::vector<uint64_t>& sorted, int64_t rank) {
 // 0.67-0.75 ms at 64x32768, k=2048). Where a kept bucket holds more than
 // kMostPerBucket (scores bunched below one top digit, as adversarial rows
 // may be), SortBest sorts them all instead.
+// `range` is the scores' (ScoresOf).
 // REQUIRES: 0 < k <= n; keys of equal score come in column order.
 template <typename From>
-uint32_t SortTopK(const From& from, size_t n, size_t k, int64_t rank, std::vector<uint64_t>& out, Scratch& s,
-                  bool avx512) {
-  const ScoreRange range = ScoresOf(from, n);
+uint32_t SortTopK(const From& from, const ScoreRange& range, size_t n, size_t k, int64_t rank,
+                  std::vector<uint64_t>& out, Scratch& s, bool avx512) {
   const uint32_t lo = range.lo, hi = range.hi, differ = range.differ;
   auto sort_all = [&] {
     SortBest(from, n, out, s.tmp, s.counts, avx512, &range);
@@ -824,8 +826,8 @@ void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end
   };
   if (n >= k) {  // a few more than k: sorting them all is cheaper than selecting first
     s.ranked.resize(n);
-    ComputeScores(s.scores.data(), false, n, flip, s.ranked.data());
-    const uint32_t t = SortTopK(ScoredColumns{s.ranked.data(), s.cols.data()}, static_cast<size_t>(n),
+    const ScoreRange range = ScoresAndRange(s.scores.data(), static_cast<size_t>(n), flip, s.ranked.data());
+    const uint32_t t = SortTopK(ScoredColumns{s.ranked.data(), s.cols.data()}, range, static_cast<size_t>(n),
                                 static_cast<size_t>(k), k + CarryMargin(len, k), out, s, cfg.avx512);
     leave(t);
     return;
