@@ -501,6 +501,22 @@ TEST(TopKRadixTest, SampledThresholdStaysExactOnAdversarialLongRows) {
   }
 }
 
+// Runs `kernel` with its defaults on one thread (the rows in order, so
+// that each row carries what it leaves to the next) and checks it against
+// the reference.
+void CheckOnOneThread(const Kernel& kernel, std::map<std::string, Tensor> inputs, int64_t k, bool largest) {
+  std::unique_ptr<Problem> problem = TopKProblem(std::move(inputs), k, largest);
+  ASSERT_NE(problem, nullptr);
+  ASSERT_TRUE(problem->ComputeReference().ok());
+  problem->PoisonOutputs();
+  RunOptions one_thread;
+  one_thread.num_threads = 1;
+  absl::Status run = kernel.Run(kernel.DefaultConfig(), *problem->args(), one_thread);
+  ASSERT_TRUE(run.ok()) << run;
+  absl::Status check = problem->CheckOutputs();
+  EXPECT_TRUE(check.ok()) << check;
+}
+
 TEST(TopKRadixTest, CarriedThresholdStaysExactWhereTheNextRowDiffers) {
   std::shared_ptr<const Kernel> radix = *TheRegistry().Get("topk/radix");
   if (!radix->available()) GTEST_SKIP() << Why(*radix);
@@ -545,18 +561,7 @@ TEST(TopKRadixTest, CarriedThresholdStaysExactWhereTheNextRowDiffers) {
             inputs["row_starts"] = I32(std::vector<int32_t>(n_rows, 7));
             inputs["row_ends"] = I32(std::vector<int32_t>(n_rows, kLen - 3));
           }
-          std::unique_ptr<Problem> problem = TopKProblem(inputs, k, largest);
-          ASSERT_NE(problem, nullptr);
-          ASSERT_TRUE(problem->ComputeReference().ok());
-          problem->PoisonOutputs();
-          absl::StatusOr<Config> config = radix->ParseConfig({});
-          ASSERT_TRUE(config.ok()) << config.status();
-          RunOptions one_thread;
-          one_thread.num_threads = 1;
-          absl::Status run = radix->Run(*config, *problem->args(), one_thread);
-          ASSERT_TRUE(run.ok()) << run;
-          absl::Status check = problem->CheckOutputs();
-          EXPECT_TRUE(check.ok()) << check;
+          CheckOnOneThread(*radix, inputs, k, largest);
         }
       }
     }
@@ -598,16 +603,7 @@ TEST(TopKRadixTest, SortOfTheSurvivorsStaysExactWhereTheyBunch) {
       const Tensor input = Rows(dtype, rows, !largest);
       for (int64_t k : {100, 2048}) {
         SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " k=", k, " largest=", largest));
-        std::unique_ptr<Problem> problem = TopKProblem({{"input", input}}, k, largest);
-        ASSERT_NE(problem, nullptr);
-        ASSERT_TRUE(problem->ComputeReference().ok());
-        problem->PoisonOutputs();
-        RunOptions one_thread;  // the rows in order, so each carries to the next
-        one_thread.num_threads = 1;
-        absl::Status run = radix->Run(radix->DefaultConfig(), *problem->args(), one_thread);
-        ASSERT_TRUE(run.ok()) << run;
-        absl::Status check = problem->CheckOutputs();
-        EXPECT_TRUE(check.ok()) << check;
+        CheckOnOneThread(*radix, {{"input", input}}, k, largest);
       }
     }
   }

@@ -249,23 +249,12 @@ void SortDigits(const From& from, size_t n, std::vector<uint64_t>& out, std::vec
   if (kPasses % 2 == 1) out.swap(tmp);
 }
 
-// Sorts n keys into out best first: score down, then column up (the packed
-// keys' own order). `from` may be out's own keys. A stable LSD radix sort
-// of each score's distance from the lowest, over only the bits where
-// scores differ, in as few passes of at most 12 bits as that range needs:
-// two for the k best of a row of normal f32 data (whose scores span about
-// 2^24), one for bf16's (whose low 16 bits never differ). Counting from the
-// lowest score rather than over every bit that differs matters where
-// scores cross a power of two: 1.9 and 2.1 differ in every exponent bit
-// but are close. `counts` and `tmp` are its room.
-// REQUIRES: keys of equal score come in column order, as Select collects
-// them.
-//
-// The scores' range (ScoresOf) may be passed in where the caller has it.
+// The range of a row's scores, which SortBest and SortTopK count from.
 struct ScoreRange {
   uint32_t lo = 0, hi = 0;
   uint32_t differ = 0;  // the bits where some score differs from the first
 };
+
 // The scores of n f32 elements' bits (as ComputeScores), and their range.
 __attribute__((target_clones("avx2", "default"))) ScoreRange ScoresAndRange(const uint32_t* bits, size_t n,
                                                                            uint32_t flip, uint32_t* scores) {
@@ -281,6 +270,8 @@ __attribute__((target_clones("avx2", "default"))) ScoreRange ScoresAndRange(cons
   }
   return r;
 }
+
+// ScoreRange of the scores `from` holds.
 template <typename From>
 ScoreRange ScoresOf(const From& from, size_t n) {
   ScoreRange r;
@@ -293,6 +284,18 @@ ScoreRange ScoresOf(const From& from, size_t n) {
   }
   return r;
 }
+
+// Sorts n keys into out best first: score down, then column up (the packed
+// keys' own order). `from` may be out's own keys. A stable LSD radix sort
+// of each score's distance from the lowest, over only the bits where
+// scores differ, in as few passes of at most 12 bits as that range needs:
+// two for the k best of a row of normal f32 data (whose scores span about
+// 2^24), one for bf16's (whose low 16 bits never differ). Counting from the
+// lowest score rather than over every bit that differs matters where
+// scores cross a power of two: 1.9 and 2.1 differ in every exponent bit
+// but are close. `counts` and `tmp` are its room.
+// REQUIRES: keys of equal score come in column order, as Select collects
+// them. `range`, where the caller has it, is the scores' (ScoresOf).
 template <typename From>
 void SortBest(const From& from, size_t n, std::vector<uint64_t>& out, std::vector<uint64_t>& tmp,
               std::vector<uint32_t>& counts, bool avx512, const ScoreRange* range = nullptr) {
@@ -355,8 +358,8 @@ uint32_t CarriedThreshold(const std::vector<uint64_t>& sorted, int64_t rank) {
 // sort as the largest holds keys (eight keys a step, no branch), else by
 // an insertion sort. ~2,300 survivors of a row of normal f32 data fill
 // ~3,000 buckets, the largest with about eight, so this costs less than
-// SortBest's second scatter and its histogram (0.59-0.67 against
-// 0.67-0.75 ms at 64x32768, k=2048). Where a kept bucket holds more than
+// SortBest's second scatter and its histogram (bench/RESULTS.md, "Large-k
+// top-k, fifth round"). Where a kept bucket holds more than
 // kMostPerBucket (scores bunched below one top digit, as adversarial rows
 // may be), SortBest sorts them all instead.
 // `range` is the scores' (ScoresOf).
@@ -382,7 +385,6 @@ uint32_t SortTopK(const From& from, const ScoreRange& range, size_t n, size_t k,
   std::vector<uint32_t>& c = s.counts;
   c.assign(kMask + 2, 0);
   for (size_t i = 0; i < n; ++i) ++c[bucket(from.Score(i))];
-  c[kMask + 1] = 0;
   ScanCounts(c.data(), kMask + 1, avx512);  // c[b]: where bucket b starts
   c[kMask + 1] = static_cast<uint32_t>(n);
   // The bucket holding the r-th best: the last that starts before it.
