@@ -334,19 +334,28 @@ int64_t CarryMargin(int64_t len, int64_t k) {
   return static_cast<int64_t>(std::ceil(4 * std::sqrt(2 * static_cast<double>(k) * (1 - p)))) + 16;
 }
 
+// How many of the lowest ranks a threshold past the survivors is
+// extrapolated from.
+constexpr int64_t kSpacingRanks = 256;
+
+// The score `missing` ranks below `lowest`, spaced as the w ranks above it
+// are (the score w ranks up being `above`); 0 (none) where that would reach
+// below every score.
+uint32_t Extrapolated(uint32_t lowest, uint32_t above, int64_t w, int64_t missing) {
+  const double spacing = static_cast<double>(above - lowest) / static_cast<double>(w);
+  const double below = std::ceil(spacing * static_cast<double>(missing));
+  return below < static_cast<double>(lowest) ? lowest - static_cast<uint32_t>(below) : 0;
+}
+
 // The score that about `rank` of a row like this one reach, from its
 // survivors `sorted` (best first): the rank-th's, or, where fewer survived,
-// the lowest score less the spacing of the lowest 256 ranks times the ranks
-// missing. 0 (none) where that would reach below every score.
+// extrapolated from the lowest kSpacingRanks.
 uint32_t CarriedThreshold(const std::vector<uint64_t>& sorted, int64_t rank) {
   const int64_t n = static_cast<int64_t>(sorted.size());
   auto score = [&](int64_t i) { return static_cast<uint32_t>(sorted[i] >> 32); };
   if (rank <= n) return score(rank - 1);
-  const int64_t w = std::min<int64_t>(n - 1, 256);
-  if (w <= 0) return 0;
-  const double spacing = static_cast<double>(score(n - 1 - w) - score(n - 1)) / static_cast<double>(w);
-  const double below = std::ceil(spacing * static_cast<double>(rank - n));
-  return below < static_cast<double>(score(n - 1)) ? score(n - 1) - static_cast<uint32_t>(below) : 0;
+  const int64_t w = std::min<int64_t>(n - 1, kSpacingRanks);
+  return w > 0 ? Extrapolated(score(n - 1), score(n - 1 - w), w, rank - n) : 0;
 }
 
 // The k best of n keys into out[0, k), ordered as SortBest orders them, and
@@ -405,14 +414,12 @@ uint32_t SortTopK(const From& from, const ScoreRange& range, size_t n, size_t k,
   // above the last.
   auto floor_of = [&](uint32_t b) { return lo + ((kMask - b) << shift); };
   const int64_t count = static_cast<int64_t>(n);
-  const int64_t w = std::min<int64_t>(count - 1, 256);
+  const int64_t w = std::min<int64_t>(count - 1, kSpacingRanks);
   uint32_t t = 0;
   if (rank <= count) {
     t = floor_of(bucket_of(rank));
   } else if (w > 0) {
-    const double spacing = static_cast<double>(floor_of(bucket_of(count - w)) - lo) / static_cast<double>(w);
-    const double below = std::ceil(spacing * static_cast<double>(rank - count));
-    t = below < static_cast<double>(lo) ? lo - static_cast<uint32_t>(below) : 0;
+    t = Extrapolated(lo, floor_of(bucket_of(count - w)), w, rank - count);
   }
   const uint32_t kept = c[last + 1];
   s.tmp.resize(n);

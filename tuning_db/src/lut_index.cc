@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "in_order.h"
 #include "lut_internal.h"
+#include "tuning_db_internal.h"
 #include "oneapi/tbb/parallel_for.h"
 #include "oneapi/tbb/parallel_invoke.h"
 
@@ -176,12 +177,10 @@ void Lut::Impl::PrepareEntry(const tuning::Entry& e, const Op& op, const TensorT
     if (t.status() == tuning::Trial::OK && std::isfinite(t.median_ns())) trials.push_back(&t);
   }
   if (trials.empty() && e.has_best()) trials.push_back(&e.best());
-  // Fastest first, ties in the table's order (its best: by trial id), so
-  // the answer is the entry's best whichever order the trials came in.
-  std::sort(trials.begin(), trials.end(), [](const tuning::Trial* a, const tuning::Trial* b) {
-    if (a->median_ns() != b->median_ns()) return a->median_ns() < b->median_ns();
-    return TrialId(*a) < TrialId(*b);
-  });
+  // Ranked as the table ranks its best, so the answer is the entry's best
+  // whichever order the trials came in.
+  std::sort(trials.begin(), trials.end(),
+            [](const tuning::Trial* a, const tuning::Trial* b) { return tuning_db_internal::Faster(*a, *b); });
   ShapeArgs own;
   const absl::Status own_shape = MakeShape(op, types, item.dims, &own);
   p->own_shape_ok = own_shape.ok();

@@ -30,7 +30,6 @@ namespace kreg {
 using tuning::Trial;
 using tuning_db_internal::Eligible;
 using tuning_db_internal::Faster;
-using tuning_db_internal::TrialIdOf;
 using tuning_db_internal::Sanitize;
 
 namespace {
@@ -281,12 +280,11 @@ absl::Status TuningDb::Save(const std::string& path, const SaveOptions& options)
         if (i == kept.size()) {
           kept.push_back(t);
           kept_choices.push_back(mine);
-        } else if (Faster(t, TrialIdOf(t), kept[i], TrialIdOf(kept[i]))) {
+        } else if (Faster(t, kept[i])) {
           kept[i] = t;
         }
       }
-      std::sort(kept.begin(), kept.end(),
-                [](const Trial& a, const Trial& b) { return Faster(a, TrialIdOf(a), b, TrialIdOf(b)); });
+      std::sort(kept.begin(), kept.end(), [](const Trial& a, const Trial& b) { return Faster(a, b); });
       // best and runner_up are the first two: readers derive them again.
       e.clear_trials();
       e.clear_best();

@@ -32,6 +32,11 @@ bool Faster(const Trial& a, absl::string_view a_id, const Trial& b, absl::string
   return a_id < b_id;
 }
 
+bool Faster(const Trial& a, const Trial& b) {
+  if (a.median_ns() != b.median_ns()) return a.median_ns() < b.median_ns();
+  return TrialIdOf(a) < TrialIdOf(b);
+}
+
 }  // namespace tuning_db_internal
 
 // ---- Recording -------------------------------------------------------------------

@@ -34,9 +34,12 @@ void Sanitize(google::protobuf::Message* m);
 bool HasUnknownFields(const tuning::Database& db);
 
 // Whether a trial may win (OK, a finite median), and whether `a` ranks
-// before `b` as a winner (both eligible).
+// before `b` as a winner (both eligible): the lower median, on a tie the
+// lower trial id (TrialIdOf), here given or made only for the tie. Every
+// reader ranks so: the table's best, a lookup's answer, a slim copy.
 bool Eligible(const tuning::Trial& t);
 bool Faster(const tuning::Trial& a, absl::string_view a_id, const tuning::Trial& b, absl::string_view b_id);
+bool Faster(const tuning::Trial& a, const tuning::Trial& b);
 
 // "radix v1 first_bits=11 round_bits=8 capacity=4096"
 std::string WinnerText(const tuning::Trial& t);
