@@ -2,8 +2,11 @@
 // half-registers, keeps plugins loaded while their kernels live, serves
 // lookups from many threads, lists the ops plugins declare, and reads
 // structs of older (smaller) and newer (larger) layouts by their struct_size.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -323,6 +326,58 @@ TEST(LoaderTest, KernelNeedingAnUnknownIsaIsListedButNotRun) {
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(status.message()), HasSubstr("which this CPU lacks"));
   EXPECT_THAT(std::string(status.message()), HasSubstr("unknown(0x40000000)"));
+}
+
+// A thread still in a plugin's code when the last of its kernels goes (as a
+// oneTBB worker runs a task's last lines after waking the run that waited
+// for it) keeps that code: the plugin is never unmapped. Unmapping it took
+// this process down.
+TEST(LoaderTest, APluginsCodeOutlivesItsLastKernelForThreadsStillInIt) {
+  {
+    Registry registry;
+    const std::string lingers = std::string(KREG_TEST_PLUGIN_DIR) + "/run_lingers/test_run_lingers.so";
+    ASSERT_TRUE(registry.LoadPlugins({TopKPlugin(), lingers}).empty());
+    std::shared_ptr<const Kernel> kernel = *registry.Get("topk/fake");
+    absl::StatusOr<std::unique_ptr<Problem>> problem =
+        Problem::Make(kernel->op_ptr(), nullptr, *kernel->op_info().ParseValues(Dims{{"batch", 1}, {"n", 4}, {"k", 2}}),
+                      {});
+    ASSERT_TRUE(problem.ok()) << problem.status();
+    EXPECT_EQ(kernel->Run(kernel->DefaultConfig(), *(*problem)->args()).code(), absl::StatusCode::kUnimplemented);
+  }  // the last kernel of the plugin goes: fini, dlclose
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the run's thread ends in the plugin's code
+}
+
+// dlopen() of a path loaded before answers the copy mapped then; a file
+// replaced since is not reloaded in this process, and the load says so.
+TEST(LoaderTest, APluginFileReplacedAfterItsLoadKeepsTheOldCopyAndSaysSo) {
+  const std::string dir = ::testing::TempDir() + "/kreg_loader_replaced_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/test_fake.so";
+  std::filesystem::copy_file(TestPlugin("none"), path);
+  std::vector<std::string> warnings;
+  SetLogSink([&](LogLevel level, absl::string_view message) {
+    if (level == LogLevel::kWarn) warnings.emplace_back(message);
+  });
+  {
+    Registry registry;
+    ASSERT_TRUE(registry.LoadPlugins({TopKPlugin(), path}).empty());
+    EXPECT_TRUE((*registry.Get("topk/fake"))->available());
+  }
+  EXPECT_THAT(warnings, ElementsAre());
+  // Replaced as a build does (a new file renamed over the old one, never
+  // rewritten in place), by the build whose topk/fake needs an unknown ISA.
+  std::filesystem::copy_file(TestPlugin("foreign_isa"), path + ".new");
+  std::filesystem::rename(path + ".new", path);
+  Registry registry;
+  ASSERT_TRUE(registry.LoadPlugins({TopKPlugin(), path}).empty());
+  SetLogSink(nullptr);
+  EXPECT_TRUE((*registry.Get("topk/fake"))->available());  // the copy loaded first
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "plugin " + path + " has changed on disk since this process loaded it; the copy loaded "
+                         "then stays in use (a plugin's code is never unloaded): restart the process to load the "
+                         "new one");
+  std::filesystem::remove_all(dir);
 }
 
 // The thread bound is the library's, not only the front ends'.

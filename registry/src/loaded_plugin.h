@@ -1,5 +1,6 @@
 // A dlopen()ed plugin, shared by the ops and kernels it provides; fini() and
-// dlclose() run when the last of them goes. Private to the registry.
+// dlclose() run when the last of them goes (its code stays mapped: the
+// registry opens plugins with RTLD_NODELETE). Private to the registry.
 #ifndef KREG_REGISTRY_SRC_LOADED_PLUGIN_H_
 #define KREG_REGISTRY_SRC_LOADED_PLUGIN_H_
 

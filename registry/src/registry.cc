@@ -4,11 +4,15 @@
 #include "kreg/registry.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -49,6 +53,53 @@ absl::Status Refuse(const std::string& path, absl::string_view reason) {
   return absl::FailedPreconditionError(absl::StrCat("plugin ", path, " refused: ", reason));
 }
 
+// Which file a path named: device, inode, size and modification time.
+using FileId = std::tuple<dev_t, ino_t, off_t, time_t, long>;
+
+std::optional<FileId> IdOf(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
+}
+
+// The plugins this process keeps mapped, by the path they were opened by,
+// with the file each path named then.
+struct Mapped {
+  absl::Mutex mu;
+  std::map<std::string, std::optional<FileId>> files ABSL_GUARDED_BY(mu);
+};
+
+Mapped& MappedPlugins() {
+  static auto* mapped = new Mapped;
+  return *mapped;
+}
+
+// A plugin that passed its checks stays mapped until the process ends
+// (RTLD_NODELETE; dlclose() then only drops a reference): from init on, its
+// code may run on threads the host does not join. A threading runtime's
+// worker finishes a task's last lines, in the plugin's code (oneTBB's
+// parallel_for tasks are templates instantiated there), after it has woken
+// the run that waited for the task, so unmapping the plugin when that run's
+// caller lets go would pull code from under the worker.
+void KeepMapped(const std::string& path) {
+  if (void* again = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD | RTLD_NODELETE)) dlclose(again);
+  Mapped& mapped = MappedPlugins();
+  absl::MutexLock lock(&mapped.mu);
+  mapped.files.emplace(path, IdOf(path));
+}
+
+// dlopen() of a path this process has mapped answers the copy mapped then,
+// whatever the file holds now: say so where the file was replaced since.
+void WarnIfReplaced(const std::string& path) {
+  Mapped& mapped = MappedPlugins();
+  absl::MutexLock lock(&mapped.mu);
+  auto it = mapped.files.find(path);
+  if (it == mapped.files.end() || it->second == IdOf(path)) return;
+  Log(LogLevel::kWarn, absl::StrCat("plugin ", path, " has changed on disk since this process loaded it; the copy "
+                                    "loaded then stays in use (a plugin's code is never unloaded): restart the "
+                                    "process to load the new one"));
+}
+
 }  // namespace
 
 // ---- Registry --------------------------------------------------------------------
@@ -61,6 +112,7 @@ struct Registry::Opened {
 
 absl::StatusOr<Registry::Opened> Registry::Open(const std::string& path) const {
   Log(LogLevel::kDebug, absl::StrCat("loading plugin ", path));
+  WarnIfReplaced(path);
   LoadingGuard guard(path);
   dlerror();
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -101,6 +153,7 @@ absl::StatusOr<Registry::Opened> Registry::Open(const std::string& path) const {
   for (size_t i = 0; i < table->num_ops; ++i) {
     if (table->ops[i] == nullptr) return refuse(absl::StrCat("op ", i, " is NULL"));
   }
+  KeepMapped(path);
   Opened opened;
   opened.path = path;
   opened.plugin = std::make_shared<LoadedPlugin>(path, handle, table);

@@ -23,6 +23,9 @@
 //                      but the op declares dim m only; plus a kernel of it
 //   INIT_FAILS         init returns KREG_INTERNAL, "no license"
 //   NULL_KERNEL_PTR    kernels[1] is NULL
+//   RUN_LINGERS        healthy, but each run leaves a thread in the plugin's
+//                      code for 300 ms after it returns, as a threading
+//                      runtime's worker finishing a task's last lines does
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -51,6 +54,7 @@
 #define FLAW_INIT_CRASHES 17   // each of these three in a folder of its own:
 #define FLAW_INIT_HANGS 18     // a folder of them takes a process down
 #define FLAW_CTOR_CRASHES 19
+#define FLAW_RUN_LINGERS 20
 
 #ifndef FLAW
 #define FLAW FLAW_NONE
@@ -94,6 +98,12 @@ kreg_status Check(const kreg_config* config, const kreg_args*, const kreg_host*,
 
 kreg_status Run(const kreg_config* config, const kreg_args*, void*, void*, size_t, const kreg_host*, char* msg,
                 size_t cap) {
+  if (FLAW == FLAW_RUN_LINGERS) {
+    std::thread([] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+      while (std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }).detach();
+  }
   std::snprintf(msg, cap, "fake kernel ran with tile=%lld",
                 static_cast<long long>(config->num_values >= 1 ? config->values[0]->value : -1));
   return KREG_UNIMPLEMENTED;

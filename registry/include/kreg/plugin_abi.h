@@ -71,6 +71,11 @@
  * NULLs.        Every function pointer but kreg_kernel.run may be NULL: no
  *               check (always legal), no workspace, no state, no validator.
  * Lifecycle.    init(host) once after loading, fini() once before unloading.
+ *               The host never unmaps a plugin that passed its checks
+ *               (RTLD_NODELETE: worker threads may still be returning
+ *               through its code when the host lets it go), so its statics
+ *               outlive fini, and loading the same file again in the process
+ *               calls init on that same copy.
  *               Per problem: prepare(config, args) -> state (pack weights,
  *               build a plan, outside the timed run), then any number of
  *               run(config, args, state) with the same config and args (same

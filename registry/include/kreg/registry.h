@@ -5,7 +5,8 @@
 // Ownership: a Registry owns the plugins it loaded. Ops and kernels are handed
 // out as shared pointers; each keeps its plugin loaded, so a kernel obtained
 // from a registry stays callable after the registry is gone (the plugin's
-// fini() runs and it is dlclose()d when its last op or kernel is released).
+// fini() runs and it is dlclose()d when its last op or kernel is released;
+// its code stays mapped until the process ends, for threads still in it).
 //
 // Thread-safety: all const methods of Registry and Kernel are thread-safe;
 // LoadPlugin may run concurrently with lookups.
