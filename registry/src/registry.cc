@@ -92,9 +92,11 @@ void KeepMapped(const std::string& path) {
 // whatever the file holds now: say so where the file was replaced since.
 void WarnIfReplaced(const std::string& path) {
   Mapped& mapped = MappedPlugins();
-  absl::MutexLock lock(&mapped.mu);
-  auto it = mapped.files.find(path);
-  if (it == mapped.files.end() || it->second == IdOf(path)) return;
+  {
+    absl::MutexLock lock(&mapped.mu);
+    auto it = mapped.files.find(path);
+    if (it == mapped.files.end() || it->second == IdOf(path)) return;
+  }
   Log(LogLevel::kWarn, absl::StrCat("plugin ", path, " has changed on disk since this process loaded it; the copy "
                                     "loaded then stays in use (a plugin's code is never unloaded): restart the "
                                     "process to load the new one"));
