@@ -54,7 +54,7 @@
 #define FLAW_INIT_CRASHES 17   // each of these three in a folder of its own:
 #define FLAW_INIT_HANGS 18     // a folder of them takes a process down
 #define FLAW_CTOR_CRASHES 19
-#define FLAW_RUN_LINGERS 20
+#define FLAW_RUN_LINGERS 20     // in a folder of its own too: its topk/fake would shadow test_none's
 
 #ifndef FLAW
 #define FLAW FLAW_NONE
