@@ -85,7 +85,7 @@ void KeepMapped(const std::string& path) {
   if (void* again = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD | RTLD_NODELETE)) dlclose(again);
   Mapped& mapped = MappedPlugins();
   absl::MutexLock lock(&mapped.mu);
-  mapped.files.emplace(path, IdOf(path));
+  if (!mapped.files.contains(path)) mapped.files.emplace(path, IdOf(path));  // the file it named when first kept
 }
 
 // dlopen() of a path this process has mapped answers the copy mapped then,

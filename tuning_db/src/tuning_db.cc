@@ -33,8 +33,7 @@ bool Faster(const Trial& a, absl::string_view a_id, const Trial& b, absl::string
 }
 
 bool Faster(const Trial& a, const Trial& b) {
-  if (a.median_ns() != b.median_ns()) return a.median_ns() < b.median_ns();
-  return TrialIdOf(a) < TrialIdOf(b);
+  return a.median_ns() != b.median_ns() ? Faster(a, {}, b, {}) : Faster(a, TrialIdOf(a), b, TrialIdOf(b));
 }
 
 }  // namespace tuning_db_internal
