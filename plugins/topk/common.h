@@ -16,6 +16,8 @@
 #include <functional>
 #include <vector>
 
+#include <immintrin.h>
+
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/enumerable_thread_specific.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -88,12 +90,14 @@ inline void RowRange(const TopKArgs& a, int64_t r, int64_t* start, int64_t* end)
 // Maps float32 bits onto uint32 so that unsigned order is kreg's value order:
 // every NaN maps to the top, -0 and +0 to the same key. Keys lie in
 // [0x007fffff, 0xfffffffe], so a Score is never 0: variants use 0 as "empty".
-// Branch-free, so loops over it vectorise.
+// Branch-free, so loops over it vectorise. Two keys do not tell their float:
+// kNanKey (every NaN's) and kZeroKey (-0's and +0's).
+inline constexpr uint32_t kNanKey = 0xfffffffeu, kZeroKey = 0x80000000u;
 inline uint32_t OrderedKey(uint32_t u) {
   const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
   u = u == 0x80000000u ? 0 : u;
   const uint32_t key = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
-  return nan ? 0xfffffffeu : key;
+  return nan ? kNanKey : key;
 }
 
 // A score where larger is better: the key, or its complement when smallest.
@@ -122,27 +126,6 @@ inline uint64_t Pack(uint32_t score, int64_t col) {
 }
 inline int32_t PackedCol(uint64_t p) {
   return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(p));
-}
-
-// Writes row r's result: `count` columns best first, then -1 padding with the
-// worst value up to k.
-inline void WriteRow(const TopKArgs& a, int64_t r, const int32_t* cols, int64_t count) {
-  int32_t* idx = RowPtr<int32_t>(a.indices, r);
-  const bool bf16 = IsBf16(a);
-  const uint32_t worst = a.largest ? 0xff800000u : 0x7f800000u;  // -inf : +inf
-  if (bf16) {
-    const uint16_t* in = RowPtr<const uint16_t>(a.input, r);
-    uint16_t* val = RowPtr<uint16_t>(a.values, r);
-    for (int64_t j = 0; j < count; ++j) val[j] = in[cols[j]];
-    for (int64_t j = count; j < a.k; ++j) val[j] = static_cast<uint16_t>(worst >> 16);
-  } else {
-    const uint32_t* in = RowPtr<const uint32_t>(a.input, r);
-    uint32_t* val = RowPtr<uint32_t>(a.values, r);
-    for (int64_t j = 0; j < count; ++j) val[j] = in[cols[j]];
-    for (int64_t j = count; j < a.k; ++j) val[j] = worst;
-  }
-  if (idx != cols) std::memmove(idx, cols, sizeof(int32_t) * count);
-  for (int64_t j = count; j < a.k; ++j) idx[j] = -1;
 }
 
 // Runs fn(r) for every row, rows in parallel on oneTBB, honouring
@@ -178,12 +161,81 @@ inline void KeepBest(std::vector<uint64_t>& keys, int64_t count, bool nth_elemen
   keys.resize(count);
 }
 
-// Writes row r from packed keys sorted best first (at most k of them).
-inline void WriteKeys(const TopKArgs& a, int64_t r, const std::vector<uint64_t>& keys) {
+// The columns of keys[0, n - n % 8) into idx and their values' bits from
+// the scores into bits (f32) or bits16 (bf16, the one given), eight at a
+// time; returns how many, and where a score does not tell its value, reads
+// it from the row.
+__attribute__((target("avx2"))) inline int64_t DecodeKeys256(const uint64_t* keys, int64_t n, uint32_t flip,
+                                                             const void* row, int32_t* idx, uint32_t* bits,
+                                                             uint16_t* bits16) {
+  const __m256i vflip = _mm256_set1_epi32(static_cast<int>(flip));
+  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i ones = _mm256_set1_epi32(-1);
+  const __m256i nan_key = _mm256_set1_epi32(static_cast<int>(kNanKey));
+  const __m256i zero_key = _mm256_set1_epi32(static_cast<int>(kZeroKey));
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 k0 = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys + j)));
+    const __m256 k1 = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys + j + 4)));
+    // The low and high halves of the eight keys, in order.
+    const __m256i low = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(k0, k1, 0x88)), 0xd8);
+    const __m256i key = _mm256_xor_si256(
+        _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(k0, k1, 0xdd)), 0xd8), vflip);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + j), _mm256_xor_si256(low, ones));  // PackedCol
+    // OrderedKey undone: a key with its top bit set is a float with it clear.
+    const __m256i value =
+        _mm256_xor_si256(key, _mm256_or_si256(_mm256_xor_si256(_mm256_srai_epi32(key, 31), ones), sign));
+    if (bits16 != nullptr) {
+      const __m256i high = _mm256_srli_epi32(value, 16);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(bits16 + j),
+                       _mm_packus_epi32(_mm256_castsi256_si128(high), _mm256_extracti128_si256(high, 1)));
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + j), value);
+    }
+    const __m256i untold = _mm256_or_si256(_mm256_cmpeq_epi32(key, nan_key), _mm256_cmpeq_epi32(key, zero_key));
+    for (unsigned m = _mm256_movemask_ps(_mm256_castsi256_ps(untold)); m != 0; m &= m - 1) {
+      const int64_t at = j + __builtin_ctz(m);
+      const uint32_t from_row = FloatBits(row, bits16 != nullptr, idx[at]);
+      if (bits16 != nullptr) {
+        bits16[at] = static_cast<uint16_t>(from_row >> 16);
+      } else {
+        bits[at] = from_row;
+      }
+    }
+  }
+  return j;
+}
+
+// Writes row r from packed keys sorted best first (at most k of them), each
+// Pack(Score(bits, a.largest), col), then -1 padding with the worst value up
+// to k. With AVX2 in `isa` the values come from the scores, eight at a
+// time, and only a NaN or a zero is read from the row again (reading every
+// value back by column made radix at 64x32768, k=2048 7-9% slower: the row
+// is out of L1 by then, and the columns come in value order); otherwise
+// each is read from the row.
+inline void WriteKeys(const TopKArgs& a, int64_t r, const std::vector<uint64_t>& keys, uint32_t isa) {
   int32_t* idx = RowPtr<int32_t>(a.indices, r);
   const int64_t count = static_cast<int64_t>(keys.size());
-  for (int64_t j = 0; j < count; ++j) idx[j] = PackedCol(keys[j]);
-  WriteRow(a, r, idx, count);
+  const bool bf16 = IsBf16(a);
+  const void* row = InputRow(a, r);
+  uint32_t* val = bf16 ? nullptr : RowPtr<uint32_t>(a.values, r);
+  uint16_t* val16 = bf16 ? RowPtr<uint16_t>(a.values, r) : nullptr;
+  const int64_t done = (isa & KREG_ISA_AVX2) != 0
+                           ? DecodeKeys256(keys.data(), count, a.largest ? 0u : 0xffffffffu, row, idx, val, val16)
+                           : 0;
+  // The rest by column from the row.
+  for (int64_t j = done; j < count; ++j) idx[j] = PackedCol(keys[j]);
+  const uint32_t worst = a.largest ? 0xff800000u : 0x7f800000u;  // -inf : +inf
+  if (bf16) {
+    const uint16_t* in = static_cast<const uint16_t*>(row);
+    for (int64_t j = done; j < count; ++j) val16[j] = in[idx[j]];
+    for (int64_t j = count; j < a.k; ++j) val16[j] = static_cast<uint16_t>(worst >> 16);
+  } else {
+    const uint32_t* in = static_cast<const uint32_t*>(row);
+    for (int64_t j = done; j < count; ++j) val[j] = in[idx[j]];
+    for (int64_t j = count; j < a.k; ++j) val[j] = worst;
+  }
+  for (int64_t j = count; j < a.k; ++j) idx[j] = -1;
 }
 
 // Rows are cut into chunks of at least this many columns (1 MiB of f32),
@@ -194,8 +246,9 @@ inline void WriteKeys(const TopKArgs& a, int64_t r, const std::vector<uint64_t>&
 constexpr int64_t kMinChunk = 1 << 18;
 
 // The driver every selecting variant shares. `select(r, start, end, keys)`
-// must leave in `keys` the packed keys of the min(k, end - start) best
-// columns of [start, end) of row r, best first, and return a per-row
+// must leave in `keys` the packed keys (Pack(Score(bits, largest), col), as
+// WriteKeys reads them) of the min(k, end - start) best columns of
+// [start, end) of row r, best first, and return a per-row
 // statistic (or 0). Rows run in parallel; when there are fewer rows than
 // threads, long rows are also cut into column chunks whose results are
 // merged, so one long row uses the threads its length pays for.
@@ -204,6 +257,7 @@ kreg_status SelectRows(const TopKArgs& a, const kreg_host* host, Select&& select
   const int64_t batch = a.input->shape[0];
   int32_t* stats = a.stats ? RowPtr<int32_t>(a.stats, 0) : nullptr;
   const int threads = tbb::this_task_arena::max_concurrency();
+  const uint32_t isa = HostIsa(host);
   if (batch >= threads || a.input->shape[1] < 2 * kMinChunk) {
     tbb::enumerable_thread_specific<std::vector<uint64_t>> per_thread;
     return ForEachRow(batch, host, [&](int64_t r) {
@@ -212,7 +266,7 @@ kreg_status SelectRows(const TopKArgs& a, const kreg_host* host, Select&& select
       RowRange(a, r, &start, &end);
       int32_t stat = select(r, start, end, keys);
       if (stats) stats[r] = stat;
-      WriteKeys(a, r, keys);
+      WriteKeys(a, r, keys, isa);
     });
   }
   for (int64_t r = 0; r < batch; ++r) {
@@ -230,7 +284,7 @@ kreg_status SelectRows(const TopKArgs& a, const kreg_host* host, Select&& select
     for (const std::vector<uint64_t>& part : parts) keys.insert(keys.end(), part.begin(), part.end());
     KeepBest(keys, a.k);
     if (stats) stats[r] = *std::max_element(part_stats.begin(), part_stats.end());
-    WriteKeys(a, r, keys);
+    WriteKeys(a, r, keys, isa);
   }
   return KREG_OK;
 }
