@@ -152,9 +152,11 @@ __attribute__((target("avx512f"))) void ScanCounts512(uint32_t* c, size_t n) {
     x = _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 14));
     x = _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 12));
     x = _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 8));
-    const __m512i inclusive = _mm512_add_epi32(x, carry);
-    _mm512_storeu_si512(c + b, _mm512_alignr_epi32(inclusive, carry, 15));
-    carry = _mm512_permutexvar_epi32(last, inclusive);
+    // The block's total from its own sums, so that the carry from block to
+    // block waits on one add, not on a permute of the last result.
+    const __m512i total = _mm512_permutexvar_epi32(last, x);
+    _mm512_storeu_si512(c + b, _mm512_alignr_epi32(_mm512_add_epi32(x, carry), carry, 15));
+    carry = _mm512_add_epi32(carry, total);
   }
 }
 
