@@ -17,12 +17,13 @@
 // above it with their columns (AVX2: compressed by a permutation table, no
 // branch per element), and those few are sorted by their distance from
 // the lowest of them: by its top 12 bits into buckets, then inside each
-// bucket (SortTopK). The next row of the same length tries the threshold
-// this one's survivors say about k + a margin of a like row reach before it
-// takes a sample of its own. Where fewer than k pass (a
-// sample that misjudged the row, as an adversarial one may) or far more
-// (ties at the threshold), the row is selected as without a sample, so the
-// result is exact either way.
+// bucket (SortTopK); bf16's by one counting pass over the top 16 bits of
+// their scores, which order them alone (SortBf16Survivors). The next row
+// of the same length tries the threshold this one's survivors say about
+// k + a margin of a like row reach before it takes a sample of its own.
+// Where fewer than k pass (a sample that misjudged the row, as an
+// adversarial one may) or far more (ties at the threshold), the row is
+// selected as without a sample, so the result is exact either way.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -445,6 +446,158 @@ uint32_t SortTopK(const From& from, const ScoreRange& range, size_t n, size_t k,
   return t;
 }
 
+constexpr uint32_t kBf16Span = 4095;
+
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // as at Collect512
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// The packed keys (Pack(score, col)) of survivors of a bf16 row of len
+// elements whose element `start` is at `first`, sixteen at a time, each
+// read from the row by a gather: the first n - n % 16 of them, which it
+// returns; *most is set to the largest score / 2^16 - t16 among them.
+__attribute__((target("avx512f"))) int64_t Bf16Keys512(const uint16_t* first, int64_t start, int64_t len,
+                                                       const int32_t* cols, int64_t n, uint32_t flip, uint32_t t16,
+                                                       uint64_t* keys, uint32_t* most) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i vstart = _mm512_set1_epi32(static_cast<int32_t>(start));
+  const __m512i last = _mm512_set1_epi32(static_cast<int32_t>(len - 1));
+  const __m512i last_value = _mm512_set1_epi32(first[len - 1]);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  const __m512i inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i nan_key = _mm512_set1_epi32(static_cast<int32_t>(kNanKey));
+  const __m512i vflip = _mm512_set1_epi32(static_cast<int32_t>(flip));
+  const __m512i vt16 = _mm512_set1_epi32(static_cast<int32_t>(t16));
+  __m512i far = zero;
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512i col = _mm512_loadu_si512(cols + j);
+    const __m512i at = _mm512_sub_epi32(col, vstart);
+    // A 4-byte read at the row's last element would pass its end: that
+    // lane takes the element from last_value instead.
+    const __mmask16 inside = _mm512_cmpneq_epi32_mask(at, last);
+    __m512i u = _mm512_mask_i32gather_epi32(last_value, inside, at, first, 2);
+    u = _mm512_slli_epi32(u, 16);
+    // OrderedKey, sixteen at a time.
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, magnitude), inf);
+    u = _mm512_maskz_mov_epi32(_mm512_cmpneq_epi32_mask(u, sign), u);  // -0 as +0
+    __m512i score = _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), sign));
+    score = _mm512_xor_si512(_mm512_mask_mov_epi32(score, nan, nan_key), vflip);
+    far = _mm512_max_epu32(far, _mm512_sub_epi32(_mm512_srli_epi32(score, 16), vt16));
+    const __m512i low = _mm512_ternarylogic_epi32(col, col, col, 0x55);  // ~col, Pack's 0xffffffff - col
+    for (int half = 0; half < 2; ++half) {
+      const __m256i s8 = half ? _mm512_extracti64x4_epi64(score, 1) : _mm512_castsi512_si256(score);
+      const __m256i c8 = half ? _mm512_extracti64x4_epi64(low, 1) : _mm512_castsi512_si256(low);
+      _mm512_storeu_si512(keys + j + 8 * half, _mm512_or_si512(_mm512_slli_epi64(_mm512_cvtepu32_epi64(s8), 32),
+                                                               _mm512_cvtepu32_epi64(c8)));
+    }
+  }
+  *most = _mm512_reduce_max_epu32(far);
+  return j;
+}
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// The packed keys of n survivors from their float bits, and the largest
+// score / 2^16 - t16 among them: auto-vectorised, once per ISA, picked at
+// load time.
+__attribute__((target_clones("avx2", "default"))) uint32_t KeysOfBits(const uint32_t* bits, const int32_t* cols,
+                                                                      int64_t n, uint32_t flip, uint32_t t16,
+                                                                      uint64_t* keys) {
+  uint32_t most = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t score = OrderedKey(bits[j]) ^ flip;
+    keys[j] = Pack(score, cols[j]);
+    most = std::max(most, (score >> 16) - t16);
+  }
+  return most;
+}
+
+// A stable counting sort of n keys into `to` by bucket(key) < width, a
+// multiple of 16, lowest bucket first. The keys are four quarters, each
+// counted and placed as its own stream, so that runs of one bucket do not
+// wait on one counter: quarter q is [q * m, (q + 1) * m), the last also the
+// n % 4 past 4 * m. `c` is its room.
+template <typename Bucket>
+void PlaceByBucket(const uint64_t* keys, int64_t n, Bucket bucket, size_t width, std::vector<uint32_t>& c,
+                   uint64_t* to, bool avx512) {
+  const int64_t m = n / 4;
+  c.assign(5 * width, 0);
+  uint32_t* const h[4] = {c.data(), c.data() + width, c.data() + 2 * width, c.data() + 3 * width};
+  uint32_t* const total = c.data() + 4 * width;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int q = 0; q < 4; ++q) ++h[q][bucket(keys[q * m + i])];
+  }
+  for (int64_t j = 4 * m; j < n; ++j) ++h[3][bucket(keys[j])];
+  for (size_t b = 0; b < width; ++b) total[b] = h[0][b] + h[1][b] + h[2][b] + h[3][b];
+  ScanCounts(total, width, avx512);
+  // Bucket b's keys: quarter 0's, then 1's, and so on, each in order.
+  for (size_t b = 0; b < width; ++b) {
+    uint32_t at = total[b];
+    for (uint32_t* hq : h) {
+      const uint32_t here = hq[b];
+      hq[b] = at;
+      at += here;
+    }
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    for (int q = 0; q < 4; ++q) {
+      const uint64_t key = keys[q * m + i];
+      to[h[q][bucket(key)]++] = key;
+    }
+  }
+  for (int64_t j = 4 * m; j < n; ++j) to[h[3][bucket(keys[j])]++] = keys[j];
+}
+
+// The k best of the n survivors of a bf16 row of len elements whose element
+// `start` is at `first` (their columns `cols`, ascending; each scores at
+// least t; their float bits `bits`, or null where AVX-512 reads them from
+// the row) into out, ordered as SortBest orders them, and the score that
+// about `rank` of them reach (as SortTopK). A bf16 score's top 16 bits
+// order it alone, so one stable counting pass over score / 2^16 - t / 2^16
+// sorts the survivors exactly: their keys are made (with AVX-512 straight
+// from the row), counted and placed, three walks over the survivors where
+// the general path's read-back, scores, histogram and scatter take five
+// (bench/RESULTS.md, "Large-k top-k, seventh round"). Where they span
+// kBf16Span or more such values, SortTopK sorts the keys.
+// REQUIRES: 0 < k <= n.
+uint32_t SortBf16Survivors(const uint16_t* first, int64_t start, int64_t len, const uint32_t* bits,
+                           const int32_t* cols, int64_t n, int64_t k, uint32_t flip, uint32_t t, int64_t rank,
+                           Scratch& s, std::vector<uint64_t>& out, bool avx512) {
+  const uint32_t t16 = t >> 16;
+  out.resize(n);
+  uint64_t* keys = out.data();
+  uint32_t most = 0;  // the largest distance from t16
+  if (bits == nullptr) {
+    int64_t j = Bf16Keys512(first, start, len, cols, n, flip, t16, keys, &most);
+    for (; j < n; ++j) {
+      const uint32_t score = OrderedKey(static_cast<uint32_t>(first[cols[j] - start]) << 16) ^ flip;
+      keys[j] = Pack(score, cols[j]);
+      most = std::max(most, (score >> 16) - t16);
+    }
+  } else {
+    most = KeysOfBits(bits, cols, n, flip, t16, keys);
+  }
+  if (most >= kBf16Span) {  // scores too far apart for one counting pass
+    const PackedKeys from{keys};
+    return SortTopK(from, ScoresOf(from, static_cast<size_t>(n)), static_cast<size_t>(n), static_cast<size_t>(k),
+                    rank, out, s, avx512);
+  }
+  // Bucket top - d holds distance d, so that better keys come first.
+  const uint32_t top = most | 15;
+  s.tmp.resize(n);
+  PlaceByBucket(
+      keys, n, [&](uint64_t key) { return top - (static_cast<uint32_t>(key >> 48) - t16); }, top + 1, s.counts,
+      s.tmp.data(), avx512);
+  out.swap(s.tmp);
+  const uint32_t carried = CarriedThreshold(out, rank);
+  out.resize(k);
+  return carried;
+}
+
 // Scores of a row: auto-vectorised, once per ISA, picked at load time.
 __attribute__((target_clones("avx2", "default"))) void ComputeScores(const void* in, bool bf16, int64_t len,
                                                                       uint32_t flip, uint32_t* scores) {
@@ -683,16 +836,18 @@ inline uint32_t BitsAt(const void* first, bool bf16, int64_t i) {
 }
 
 // Writes the elements of the row's [0, len) whose score reaches t, as float
-// bits, and their columns (base + i) to bits and cols, in column order;
+// bits, and their columns (base + i) to bits (unless null: bf16's survivors
+// are read from the row as they are sorted) and cols, in column order;
 // returns how many, or -1 once more than `limit` pass. REQUIRES: room for
 // limit + 16 in each output.
 int64_t CollectScalar(const void* first, bool bf16, int64_t len, uint32_t flip, uint32_t t, int64_t base,
                       int64_t limit, uint32_t* bits, int32_t* cols) {
   int64_t n = 0;
   for (int64_t i = 0; i < len; ++i) {
-    bits[n] = BitsAt(first, bf16, i);
+    const uint32_t x = BitsAt(first, bf16, i);
+    if (bits != nullptr) bits[n] = x;
     cols[n] = static_cast<int32_t>(base + i);
-    n += (OrderedKey(bits[n]) ^ flip) >= t;
+    n += (OrderedKey(x) ^ flip) >= t;
     if (n > limit) return -1;
   }
   return n;
@@ -709,7 +864,8 @@ int64_t CollectScalar(const void* first, bool bf16, int64_t len, uint32_t flip, 
 // CollectScalar by a FloatBound (kCmp its cmp), sixteen at a time with
 // AVX-512's compress of the columns; the survivors' values are read back by
 // column after (the row is in cache by then), which costs less than a
-// second compress per vector (3-5% of the whole at 64x32768, k=2048).
+// second compress per vector (3-5% of the whole at 64x32768, k=2048);
+// without `bits` (bf16, which SortBf16Survivors gathers), not at all.
 template <int kCmp>
 __attribute__((target("avx512f"))) int64_t Collect512(const void* first, bool bf16, int64_t len, uint32_t flip,
                                                       uint32_t t, float f, int64_t base, int64_t limit, uint32_t* bits,
@@ -732,9 +888,11 @@ __attribute__((target("avx512f"))) int64_t Collect512(const void* first, bool bf
     col = _mm512_add_epi32(col, sixteen);
     if (n > limit) return -1;
   }
-  for (int64_t j = 0; j < n; ++j) bits[j] = BitsAt(first, bf16, cols[j] - base);
+  if (bits != nullptr) {
+    for (int64_t j = 0; j < n; ++j) bits[j] = BitsAt(first, bf16, cols[j] - base);
+  }
   const int64_t rest = CollectScalar(static_cast<const char*>(first) + i * (bf16 ? 2 : 4), bf16, len - i, flip, t,
-                                     base + i, limit - n, bits + n, cols + n);
+                                     base + i, limit - n, bits != nullptr ? bits + n : nullptr, cols + n);
   return rest < 0 ? -1 : n + rest;
 }
 
@@ -761,14 +919,16 @@ __attribute__((target("avx2"))) int64_t Collect256(const void* first, bool bf16,
              : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint32_t*>(first) + i));
     const int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_castsi256_ps(u), vf, kCmp));
     const __m256i perm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kCompress[m].data()));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + n), _mm256_permutevar8x32_epi32(u, perm));
+    if (bits != nullptr) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + n), _mm256_permutevar8x32_epi32(u, perm));
+    }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(cols + n), _mm256_permutevar8x32_epi32(col, perm));
     n += __builtin_popcount(static_cast<unsigned>(m));
     col = _mm256_add_epi32(col, eight);
     if (n > limit) return -1;
   }
   const int64_t rest = CollectScalar(static_cast<const char*>(first) + i * (bf16 ? 2 : 4), bf16, len - i, flip, t,
-                                     base + i, limit - n, bits + n, cols + n);
+                                     base + i, limit - n, bits != nullptr ? bits + n : nullptr, cols + n);
   return rest < 0 ? -1 : n + rest;
 }
 
@@ -810,37 +970,45 @@ void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end
   const uint32_t flip = largest ? 0u : 0xffffffffu;
   const bool carries = len >= 8 * kSample && len > k;
   int64_t n = -1;  // survivors of a threshold; -1 for none
+  uint32_t t = 0;  // that threshold
+  // The survivors' float bits, or null where SortBf16Survivors gathers them.
+  auto kept_bits = [&]() { return bf16 && cfg.avx512 ? nullptr : s.scores.data(); };
   if (carries) {
     // Room for twice the survivors the sample predicts; more means ties
     // at t or a sample that misjudged the row.
     const int64_t limit = std::min(len, 2 * (k + len / kSample) + 64);
-    s.scores.resize(limit + 16);
     s.cols.resize(limit + 16);
     if (s.carried != 0 && s.carried_len == len && s.carried_start == start) {
-      n = Collect(first, bf16, len, flip, s.carried, start, limit, cfg, s.scores.data(), s.cols.data());
+      t = s.carried;
+      s.scores.resize(limit + 16);
+      n = Collect(first, bf16, len, flip, t, start, limit, cfg, kept_bits(), s.cols.data());
     }
     s.carried = 0;
     if (n < k) {
-      if (const uint32_t t = SampledThreshold(first, bf16, flip, len, k, s); t > 0) {
+      if (t = SampledThreshold(first, bf16, flip, len, k, s); t > 0) {
         s.scores.resize(limit + 16);  // the sample used it
-        n = Collect(first, bf16, len, flip, t, start, limit, cfg, s.scores.data(), s.cols.data());
+        n = Collect(first, bf16, len, flip, t, start, limit, cfg, kept_bits(), s.cols.data());
       }
     }
   }
   // What this row leaves the next, from its best (all its survivors, or
   // its k best).
-  auto leave = [&](uint32_t t) {
+  auto leave = [&](uint32_t next) {
     if (!carries) return;
-    s.carried = t;
+    s.carried = next;
     s.carried_len = len;
     s.carried_start = start;
   };
+  if (n >= k && bf16) {
+    leave(SortBf16Survivors(reinterpret_cast<const uint16_t*>(first), start, len, kept_bits(), s.cols.data(), n, k,
+                            flip, t, k + CarryMargin(len, k), s, out, cfg.avx512));
+    return;
+  }
   if (n >= k) {  // a few more than k: sorting them all is cheaper than selecting first
     s.ranked.resize(n);
     const ScoreRange range = ScoresAndRange(s.scores.data(), static_cast<size_t>(n), flip, s.ranked.data());
-    const uint32_t t = SortTopK(ScoredColumns{s.ranked.data(), s.cols.data()}, range, static_cast<size_t>(n),
-                                static_cast<size_t>(k), k + CarryMargin(len, k), out, s, cfg.avx512);
-    leave(t);
+    leave(SortTopK(ScoredColumns{s.ranked.data(), s.cols.data()}, range, static_cast<size_t>(n),
+                   static_cast<size_t>(k), k + CarryMargin(len, k), out, s, cfg.avx512));
     return;
   }
   s.scores.resize(len);
