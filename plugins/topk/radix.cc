@@ -374,7 +374,7 @@ uint32_t CarriedThreshold(const std::vector<uint64_t>& sorted, int64_t rank) {
 // top-k, fifth round"). Where a kept bucket holds more than
 // kMostPerBucket (scores bunched below one top digit, as adversarial rows
 // may be), SortBest sorts them all instead.
-// `range` is the scores' (ScoresOf).
+// `range` is the scores' (ScoresOf). `from` may be out's own keys.
 // REQUIRES: 0 < k <= n; keys of equal score come in column order.
 template <typename From>
 uint32_t SortTopK(const From& from, const ScoreRange& range, size_t n, size_t k, int64_t rank,
