@@ -609,6 +609,51 @@ TEST(TopKRadixTest, SortOfTheSurvivorsStaysExactWhereTheyBunch) {
   }
 }
 
+TEST(TopKRadixTest, SurvivorsAtTheEndsOfSixteenBitRows) {
+  std::shared_ptr<const Kernel> radix = *TheRegistry().Get("topk/radix");
+  if (!radix->available()) GTEST_SKIP() << Why(*radix);
+  // Where the CPU has AVX512_VBMI2, a row of up to 2^16 elements collects
+  // its survivors as 16-bit offsets (radix.cc's CollectOffsets512); longer
+  // rows take 32-bit columns. Rows of 2^16 and 2^16 + 1 elements, whole
+  // and cut by ranges (a start past 0, an end short of the row), with the
+  // winners at the last columns, at the first, rising with the column, or
+  // spread.
+  for (int64_t len : {int64_t{1} << 16, (int64_t{1} << 16) + 1}) {
+    std::mt19937 rng(static_cast<uint32_t>(len));
+    std::normal_distribution<float> normal;
+    std::vector<std::vector<float>> rows(4, std::vector<float>(len));
+    for (int64_t i = 0; i < len; ++i) {
+      rows[0][i] = normal(rng);
+      rows[1][i] = normal(rng);
+      rows[2][i] = static_cast<float>(i);
+      rows[3][i] = normal(rng);
+    }
+    for (int64_t j = 0; j < 40; ++j) {
+      rows[0][len - 40 + j] = 100.0f + static_cast<float>(j);
+      rows[1][j] = 100.0f + static_cast<float>(j);
+    }
+    const int32_t end = static_cast<int32_t>(len);
+    const Tensor starts = I32({0, 1, 31, 2}), ends = I32({end, end, end - 1, end - 3});
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      for (bool largest : {true, false}) {
+        const Tensor input = Rows(dtype, rows, !largest);
+        for (int64_t k : {100, 2048}) {
+          for (bool ranges : {false, true}) {
+            SCOPED_TRACE(absl::StrCat("len=", len, " ", DTypeName(dtype), " k=", k, " largest=", largest,
+                                      " ranges=", ranges));
+            std::map<std::string, Tensor> inputs = {{"input", input}};
+            if (ranges) {
+              inputs["row_starts"] = starts;
+              inputs["row_ends"] = ends;
+            }
+            CheckOnOneThread(*radix, inputs, k, largest);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(TopKBlockwiseTest, ReportsTheDepthEachRowStoppedAt) {
   std::shared_ptr<const Kernel> blockwise = *TheRegistry().Get("topk/blockwise");
   if (!blockwise->available()) GTEST_SKIP() << Why(*blockwise);

@@ -15,15 +15,17 @@
 // their order statistics, a little more than k of the row pass (three
 // standard deviations over k); one vector pass keeps the elements at or
 // above it with their columns (AVX2: compressed by a permutation table, no
-// branch per element), and those few are sorted by their distance from
-// the lowest of them: by its top 12 bits into buckets, then inside each
-// bucket (SortTopK); bf16's by one counting pass over the top 16 bits of
-// their scores, which order them alone (SortBf16Survivors). The next row
-// of the same length tries the threshold this one's survivors say about
-// k + a margin of a like row reach before it takes a sample of its own.
-// Where fewer than k pass (a sample that misjudged the row, as an
-// adversarial one may) or far more (ties at the threshold), the row is
-// selected as without a sample, so the result is exact either way.
+// branch per element; AVX-512 with VBMI2 keeps a row of up to 2^16
+// elements' offsets as 16-bit lanes, thirty-two a step), and those few are
+// sorted by their distance from the lowest of them: by its top 12 bits into
+// buckets, then inside each bucket (SortTopK); bf16's by one counting pass
+// over the top 16 bits of their scores, which order them alone
+// (SortBf16Survivors). The next row of the same length tries the
+// threshold this one's survivors say about k + a margin of a like row
+// reach before it takes a sample of its own. Where fewer than k pass (a
+// sample that misjudged the row, as an adversarial one may) or far more
+// (ties at the threshold), the row is selected as without a sample, so the
+// result is exact either way.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -78,12 +80,17 @@ struct RadixConfig {
   int64_t capacity;
   bool avx2;
   bool avx512;
+  // AVX-512BW/VL and the CPU's own VBMI2, which kreg's ISA bits do not
+  // name (KREG_ISA_MASK turns this off with avx512bw): a row of up to
+  // 2^16 elements collects its survivors' offsets 32 at a time (Collect).
+  bool compress16;
 };
 
 struct Scratch {
   std::vector<uint32_t> scores;  // the row's, or the sampled pass's survivors' float bits
   std::vector<uint32_t> ranked;  // the survivors' scores
   std::vector<int32_t> cols;     // the survivors' columns
+  std::vector<uint16_t> offsets; // their offsets in the row, where Collect takes them 32 at a time
   std::vector<uint32_t> hist;
   std::vector<uint32_t> counts;  // Histogram's interleaved counts
   std::vector<int32_t> cand;     // offsets into scores, in column order
@@ -896,6 +903,67 @@ __attribute__((target("avx512f"))) int64_t Collect512(const void* first, bool bf
   return rest < 0 ? -1 : n + rest;
 }
 
+// Collect512 of a row of at most 2^16 elements (REQUIRES), by offsets in
+// the row: thirty-two elements a step, their offsets compressed as 16-bit
+// lanes (AVX512_VBMI2), half the compresses and stores of Collect512's
+// 32-bit columns, which were what bound its pass. Writes offsets only;
+// returns how many, or -1 once more than `limit` pass. REQUIRES: room for
+// limit + 32 offsets.
+template <int kCmp>
+__attribute__((target("avx512f,avx512bw,avx512vbmi2"))) int64_t CollectOffsets512(const void* first, bool bf16,
+                                                                                int64_t len, uint32_t flip,
+                                                                                uint32_t t, float f, int64_t limit,
+                                                                                uint16_t* offsets) {
+  const __m512 vf = _mm512_set1_ps(f);
+  __m512i at = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11,
+                                10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i step = _mm512_set1_epi16(32);
+  const uint16_t* first16 = static_cast<const uint16_t*>(first);
+  const uint32_t* first32 = static_cast<const uint32_t*>(first);
+  int64_t n = 0;
+  int64_t i = 0;
+  for (; i + 32 <= len; i += 32) {
+    __m512i u[2];  // elements i to i + 31 as float bits
+    for (int h = 0; h < 2; ++h) {
+      u[h] = bf16 ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                          reinterpret_cast<const __m256i*>(first16 + i + 16 * h))),
+                                      16)
+                  : _mm512_loadu_si512(first32 + i + 16 * h);
+    }
+    const __mmask16 low = _mm512_cmp_ps_mask(_mm512_castsi512_ps(u[0]), vf, kCmp);
+    const __mmask16 high = _mm512_cmp_ps_mask(_mm512_castsi512_ps(u[1]), vf, kCmp);
+    const __mmask32 m = _mm512_kunpackw(high, low);
+    _mm512_storeu_si512(offsets + n, _mm512_maskz_compress_epi16(m, at));
+    n += __builtin_popcount(m);
+    at = _mm512_add_epi16(at, step);
+    if (n > limit) return -1;
+  }
+  for (; i < len; ++i) {
+    offsets[n] = static_cast<uint16_t>(i);
+    n += (OrderedKey(BitsAt(first, bf16, i)) ^ flip) >= t;
+    if (n > limit) return -1;
+  }
+  return n;
+}
+
+// The columns (base + offset) of n survivors at `offsets` of a row whose
+// element 0 is at `first`, and, unless bits is null (REQUIRES then an f32
+// row), their float bits, sixteen at a time (a gather from the row).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void ColumnsOfOffsets512(const uint32_t* first,
+                                                                            const uint16_t* offsets, int64_t n,
+                                                                            int64_t base, int32_t* cols,
+                                                                            uint32_t* bits) {
+  const __m512i vbase = _mm512_set1_epi32(static_cast<int32_t>(base));
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512i at = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, offsets + j));
+    _mm512_mask_storeu_epi32(cols + j, m, _mm512_add_epi32(at, vbase));
+    if (bits != nullptr) {
+      _mm512_mask_storeu_epi32(bits + j, m, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, at, first, 4));
+    }
+  }
+}
+
 #if !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -934,8 +1002,19 @@ __attribute__((target("avx2"))) int64_t Collect256(const void* first, bool bf16,
 
 // CollectScalar, by a float comparison and vectors where it can.
 int64_t Collect(const void* first, bool bf16, int64_t len, uint32_t flip, uint32_t t, int64_t base, int64_t limit,
-                const RadixConfig& cfg, uint32_t* bits, int32_t* cols) {
+                const RadixConfig& cfg, uint32_t* bits, int32_t* cols, std::vector<uint16_t>& offsets) {
   const FloatBound b = BoundOf(t, flip == 0);
+  // By offsets where they fit 16 bits; bf16's bits, which SortBf16Survivors
+  // gathers with AVX-512, are not asked for there.
+  if (cfg.compress16 && b.cmp != 0 && len <= int64_t{1} << 16 && (bits == nullptr || !bf16)) {
+    offsets.resize(limit + 32);
+    const int64_t n =
+        b.cmp == _CMP_NLT_UQ
+            ? CollectOffsets512<_CMP_NLT_UQ>(first, bf16, len, flip, t, b.f, limit, offsets.data())
+            : CollectOffsets512<_CMP_LE_OQ>(first, bf16, len, flip, t, b.f, limit, offsets.data());
+    if (n > 0) ColumnsOfOffsets512(static_cast<const uint32_t*>(first), offsets.data(), n, base, cols, bits);
+    return n;
+  }
   if (b.cmp == _CMP_NLT_UQ && cfg.avx512) {
     return Collect512<_CMP_NLT_UQ>(first, bf16, len, flip, t, b.f, base, limit, bits, cols);
   }
@@ -981,13 +1060,13 @@ void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end
     if (s.carried != 0 && s.carried_len == len && s.carried_start == start) {
       t = s.carried;
       s.scores.resize(limit + 16);
-      n = Collect(first, bf16, len, flip, t, start, limit, cfg, kept_bits(), s.cols.data());
+      n = Collect(first, bf16, len, flip, t, start, limit, cfg, kept_bits(), s.cols.data(), s.offsets);
     }
     s.carried = 0;
     if (n < k) {
       if (t = SampledThreshold(first, bf16, flip, len, k, s); t > 0) {
         s.scores.resize(limit + 16);  // the sample used it
-        n = Collect(first, bf16, len, flip, t, start, limit, cfg, kept_bits(), s.cols.data());
+        n = Collect(first, bf16, len, flip, t, start, limit, cfg, kept_bits(), s.cols.data(), s.offsets);
       }
     }
   }
@@ -1024,6 +1103,8 @@ void Select(const void* row, bool bf16, bool largest, int64_t start, int64_t end
   leave(CarriedThreshold(out, k + CarryMargin(len, k)));
 }
 
+constexpr uint32_t kCompress16Isa = KREG_ISA_AVX512F | KREG_ISA_AVX512BW | KREG_ISA_AVX512VL;
+
 kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* host, char* msg,
                 size_t cap) {
   const bool bf16 = IsBf16(a);
@@ -1035,6 +1116,7 @@ kreg_status Run(const TopKArgs& a, const kreg_config* config, const kreg_host* h
       .capacity = Param(config, 2).value,
       .avx2 = (isa & KREG_ISA_AVX2) != 0,
       .avx512 = (isa & KREG_ISA_AVX512F) != 0,
+      .compress16 = (isa & kCompress16Isa) == kCompress16Isa && __builtin_cpu_supports("avx512vbmi2"),
   };
   tbb::enumerable_thread_specific<Scratch> scratch;
   const kreg_status status = SelectRows(a, host, [&](int64_t r, int64_t start, int64_t end,
