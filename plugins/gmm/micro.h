@@ -6,8 +6,8 @@
 //      kernels (packed by the driver: contiguous, padded, kc even for pairs);
 //   B  `strips` strips of nr columns, each kc x nr (f32), or for the pair
 //      kernels kc/2 x nr pairs (b(2q, j), b(2q + 1, j)) of bf16, zero-padded;
-//   C  float, row stride ldc, at least rows + mr rows and strips * nr
-//      columns (the driver pads: blocks are written whole).
+//   C  float, row stride ldc, rows x strips * nr (a panel's last block is
+//      as high as the rows left: no row past them is computed or written).
 // Every product is taken (no zero skipped), so NaN and infinities propagate
 // as in a plain matmul. Each kernel set is compiled for its ISA alone (its
 // own file, under a target pragma) from one template, micro_impl.h; the host

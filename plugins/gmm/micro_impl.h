@@ -32,8 +32,6 @@ inline void Block(int64_t steps, const typename V::Elem* const* arow, const type
   }
 }
 
-// B strip outermost (it stays in L1 across the rows), then row blocks; rows
-// past the last are read from the last row and written to C's padding.
 // The prefetch region of a panel (PanelArgs), walked a few lines per block.
 struct Prefetcher {
   const char* base = nullptr;
@@ -54,8 +52,20 @@ struct Prefetcher {
   }
 };
 
-// B strip outermost (it stays in L1 across the rows), then row blocks; rows
-// past the last are read from the last row and written to C's padding.
+// Block<V, r> for the r < kMr rows a panel's last block holds: a block of
+// its own height, so that no row past the last is computed (a skewed
+// grouping's small groups end in such a block, each).
+template <class V, int kR>
+inline void ShortBlock(int r, int64_t steps, const typename V::Elem* const* arow, const typename V::Elem* b,
+                       float* c, int64_t ldc, bool accumulate) {
+  if constexpr (kR > 0) {
+    if (r == kR) return Block<V, kR>(steps, arow, b, c, ldc, accumulate);
+    return ShortBlock<V, kR - 1>(r, steps, arow, b, c, ldc, accumulate);
+  }
+}
+
+// B strip outermost (it stays in L1 across the rows), then row blocks, the
+// last as high as the rows left.
 template <class V, int kMr>
 void PanelT(const PanelArgs& p) {
   using Elem = typename V::Elem;
@@ -70,7 +80,12 @@ void PanelT(const PanelArgs& p) {
       const Elem* arow[kMr];
       for (int i = 0; i < kMr; ++i) arow[i] = a + (i0 + i < p.rows ? i0 + i : p.rows - 1) * p.lda;
       prefetcher.Step();
-      Block<V, kMr>(steps, arow, strip, p.c + i0 * p.ldc + s * kNr, p.ldc, p.accumulate);
+      float* c = p.c + i0 * p.ldc + s * kNr;
+      if (p.rows - i0 < kMr) {
+        ShortBlock<V, kMr - 1>(static_cast<int>(p.rows - i0), steps, arow, strip, c, p.ldc, p.accumulate);
+      } else {
+        Block<V, kMr>(steps, arow, strip, c, p.ldc, p.accumulate);
+      }
     }
   }
 }

@@ -380,7 +380,6 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
     Scratch& s = scratch.local();
     const int64_t strips = (task.cols + nr - 1) / nr;
     const int64_t ldc = strips * nr;
-    const int64_t rows_pad = task.rows + t.mr;  // micro.h: blocks are written whole
     const int64_t block = std::min(kBlockRows, task.rows);
     const int64_t kcp = PackedKc(t.tk, pairs);
     const int64_t lda = kcp + (pairs ? 32 : 16);  // padded: rows do not alias in L1
@@ -389,7 +388,7 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
     // pair kernels in a slice of even length; not for tgmm (Product::pack_a).
     // Otherwise bf16 is widened, or copied with a zero pad past an odd slice
     // for the pair kernels.
-    s.c.resize(rows_pad * ldc);
+    s.c.resize(task.rows * ldc);
     if (pr.a.bf16 || pr.pack_a) s.a.resize(block * lda);
     // Several row tasks share this product's B: pack its whole column panel
     // once per thread (slice p0 at p0 * ldc elements).
