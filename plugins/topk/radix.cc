@@ -90,7 +90,7 @@ struct Scratch {
   std::vector<uint32_t> scores;  // the row's, or the sampled pass's survivors' float bits
   std::vector<uint32_t> ranked;  // the survivors' scores
   std::vector<int32_t> cols;     // the survivors' columns
-  std::vector<uint16_t> offsets; // their offsets in the row, where Collect takes them 32 at a time
+  std::vector<uint16_t> offsets;  // their offsets in the row, where Collect takes them 32 at a time
   std::vector<uint32_t> hist;
   std::vector<uint32_t> counts;  // Histogram's interleaved counts
   std::vector<int32_t> cand;     // offsets into scores, in column order
