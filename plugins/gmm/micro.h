@@ -7,7 +7,10 @@
 //   B  `strips` strips of nr columns, each kc x nr (f32), or for the pair
 //      kernels kc/2 x nr pairs (b(2q, j), b(2q + 1, j)) of bf16, zero-padded;
 //   C  float, row stride ldc, rows x strips * nr (a panel's last block is
-//      as high as the rows left: no row past them is computed or written).
+//      as high as the rows left: no row past them is computed or written);
+//      or, on the reduction's last slice, the sums go straight to the op's
+//      out (PanelOut), so that its stores overlap the FMAs instead of
+//      following them as a copy.
 // Every product is taken (no zero skipped), so NaN and infinities propagate
 // as in a plain matmul. Each kernel set is compiled for its ISA alone (its
 // own file, under a target pragma) from one template, micro_impl.h; the host
@@ -18,6 +21,17 @@
 #include <cstdint>
 
 namespace kreg::gmm {
+
+// Where a panel's finished sums go instead of C: rows ld floats apart from p
+// (every strip whole), non-temporal where `stream` (p and ld on 64 bytes);
+// *wild is set when any sum is NaN or infinite (the driver recomputes
+// those). Only sets with MicroSet::stores_out take it.
+struct PanelOut {
+  float* p = nullptr;
+  int64_t ld = 0;
+  bool stream = false;
+  bool* wild = nullptr;
+};
 
 struct PanelArgs {
   int mr = 0;  // rows per register block: 4, 6, 8 or 12 (<= MicroSet::max_mr)
@@ -33,6 +47,7 @@ struct PanelArgs {
   // of row_bytes bytes, ld bytes apart.
   const char* prefetch = nullptr;
   int64_t prefetch_rows = 0, prefetch_row_bytes = 0, prefetch_ld = 0;
+  PanelOut out;  // C read (accumulate) but the sums written here, where set
 };
 
 struct MicroSet {
@@ -41,6 +56,7 @@ struct MicroSet {
   int max_mr;       // largest mr whose blocks fit the register file
   bool bf16_pairs;  // A and B are bf16 (pair dot products); else f32
   void (*panel)(const PanelArgs& args);
+  bool stores_out;  // honours PanelArgs::out
 };
 
 // Portable C++ (what the compiler's baseline vectorises): 6 x 16 at most.

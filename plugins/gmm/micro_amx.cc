@@ -156,7 +156,7 @@ void PanelAmx(const PanelArgs& p) {
 
 }  // namespace
 
-const MicroSet kMicroAmxBf16 = {"amx", kNr, 12, true, PanelAmx};
+const MicroSet kMicroAmxBf16 = {"amx", kNr, 12, true, PanelAmx, false};
 
 }  // namespace kreg::gmm
 

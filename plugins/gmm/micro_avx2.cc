@@ -24,6 +24,10 @@ struct Avx2F32 {
   static Acc Zero() { return _mm256_setzero_ps(); }
   static Acc LoadC(const float* p) { return _mm256_loadu_ps(p); }
   static void StoreC(float* p, Acc r) { _mm256_storeu_ps(p, r); }
+  static void StreamC(float* p, Acc r) { _mm256_stream_ps(p, r); }
+  // probe + r * 0: NaN from the first NaN or infinite r on.
+  static Acc Probe(Acc probe, Acc r) { return _mm256_add_ps(probe, _mm256_mul_ps(r, _mm256_setzero_ps())); }
+  static bool Wild(Acc probe) { return _mm256_movemask_ps(_mm256_cmp_ps(probe, probe, _CMP_UNORD_Q)) != 0; }
   static A Bcast(const Elem* row, int64_t q) { return _mm256_broadcast_ss(row + q); }
   static B LoadB(const Elem* p) { return _mm256_loadu_ps(p); }
   static Acc Madd(Acc c, A a, B b) { return _mm256_fmadd_ps(a, b, c); }
@@ -33,7 +37,7 @@ struct Avx2F32 {
 
 }  // namespace
 
-const MicroSet kMicroAvx2 = {"avx2", 16, Avx2F32::kMaxMr, false, Panel<Avx2F32>};
+const MicroSet kMicroAvx2 = {"avx2", 16, Avx2F32::kMaxMr, false, Panel<Avx2F32>, true};
 
 }  // namespace kreg::gmm
 

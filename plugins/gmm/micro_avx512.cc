@@ -19,29 +19,33 @@
 namespace kreg::gmm {
 namespace {
 
-struct Avx512F32 {
-  using Elem = float;
-  static constexpr int kLanes = 16, kPack = 1, kMaxMr = 12;
+// The float accumulators both sets share.
+struct Avx512Acc {
   using Acc = __m512;
-  using A = __m512;
-  using B = __m512;
   static Acc Zero() { return _mm512_setzero_ps(); }
   static Acc LoadC(const float* p) { return _mm512_loadu_ps(p); }
   static void StoreC(float* p, Acc r) { _mm512_storeu_ps(p, r); }
+  static void StreamC(float* p, Acc r) { _mm512_stream_ps(p, r); }
+  // probe + r * 0: NaN from the first NaN or infinite r on.
+  static Acc Probe(Acc probe, Acc r) { return _mm512_add_ps(probe, _mm512_mul_ps(r, _mm512_setzero_ps())); }
+  static bool Wild(Acc probe) { return _mm512_cmp_ps_mask(probe, probe, _CMP_UNORD_Q) != 0; }
+};
+
+struct Avx512F32 : Avx512Acc {
+  using Elem = float;
+  static constexpr int kLanes = 16, kPack = 1, kMaxMr = 12;
+  using A = __m512;
+  using B = __m512;
   static A Bcast(const Elem* row, int64_t q) { return _mm512_set1_ps(row[q]); }
   static B LoadB(const Elem* p) { return _mm512_loadu_ps(p); }
   static Acc Madd(Acc c, A a, B b) { return _mm512_fmadd_ps(a, b, c); }
 };
 
-struct Avx512Bf16Pairs {
+struct Avx512Bf16Pairs : Avx512Acc {
   using Elem = uint16_t;
   static constexpr int kLanes = 16, kPack = 2, kMaxMr = 12;
-  using Acc = __m512;
   using A = __m512i;
   using B = __m512i;
-  static Acc Zero() { return _mm512_setzero_ps(); }
-  static Acc LoadC(const float* p) { return _mm512_loadu_ps(p); }
-  static void StoreC(float* p, Acc r) { _mm512_storeu_ps(p, r); }
   static A Bcast(const Elem* row, int64_t q) {
     int32_t pair;
     std::memcpy(&pair, row + 2 * q, sizeof pair);
@@ -55,8 +59,8 @@ struct Avx512Bf16Pairs {
 
 }  // namespace
 
-const MicroSet kMicroAvx512 = {"avx512", 32, Avx512F32::kMaxMr, false, Panel<Avx512F32>};
-const MicroSet kMicroAvx512Bf16 = {"avx512bf16", 32, Avx512Bf16Pairs::kMaxMr, true, Panel<Avx512Bf16Pairs>};
+const MicroSet kMicroAvx512 = {"avx512", 32, Avx512F32::kMaxMr, false, Panel<Avx512F32>, true};
+const MicroSet kMicroAvx512Bf16 = {"avx512bf16", 32, Avx512Bf16Pairs::kMaxMr, true, Panel<Avx512Bf16Pairs>, true};
 
 }  // namespace kreg::gmm
 

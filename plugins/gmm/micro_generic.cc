@@ -24,6 +24,17 @@ struct GenericF32 {
   static void StoreC(float* p, const Acc& r) {
     for (int l = 0; l < kLanes; ++l) p[l] = r.v[l];
   }
+  static void StreamC(float* p, const Acc& r) { StoreC(p, r); }
+  // probe + r * 0: NaN from the first NaN or infinite r on.
+  static Acc Probe(Acc probe, const Acc& r) {
+    for (int l = 0; l < kLanes; ++l) probe.v[l] += r.v[l] * 0.0f;
+    return probe;
+  }
+  static bool Wild(const Acc& probe) {
+    bool wild = false;
+    for (int l = 0; l < kLanes; ++l) wild |= probe.v[l] != probe.v[l];
+    return wild;
+  }
   static A Bcast(const Elem* row, int64_t q) { return row[q]; }
   static B LoadB(const Elem* p) { return LoadC(p); }
   static Acc Madd(Acc c, A a, const B& b) {
@@ -36,6 +47,6 @@ struct GenericF32 {
 
 }  // namespace
 
-const MicroSet kMicroGeneric = {"generic", 16, GenericF32::kMaxMr, false, Panel<GenericF32>};
+const MicroSet kMicroGeneric = {"generic", 16, GenericF32::kMaxMr, false, Panel<GenericF32>, true};
 
 }  // namespace kreg::gmm

@@ -7,13 +7,16 @@
 //   kLanes            floats per accumulator vector
 //   kPack             elements of the reduction per step (1, or 2: pairs)
 //   Acc, A, B         vector types; Zero(), LoadC(p), StoreC(p, acc),
+//                     StreamC(p, acc) (non-temporal, p aligned), Probe(probe,
+//                     acc) (probe + acc * 0) and Wild(probe) (any NaN lane),
 //   Bcast(row, q)     step q of an A row (elements kPack*q ...) broadcast,
 //   LoadB(p)          one vector of a B strip, Madd(acc, a, b) = acc + a.b.
 
-// One mr x (2 * kLanes) block over the whole slice, kept in registers.
+// One mr x (2 * kLanes) block over the whole slice, kept in registers, its
+// sums stored to C, or to out where out.p is set (at the block's corner).
 template <class V, int kMr>
 inline void Block(int64_t steps, const typename V::Elem* const* arow, const typename V::Elem* b, float* c,
-                  int64_t ldc, bool accumulate) {
+                  int64_t ldc, bool accumulate, const PanelOut& out) {
   constexpr int kNv = 2, kNr = kNv * V::kLanes;
   typename V::Acc r[kMr][kNv];
   for (int i = 0; i < kMr; ++i) {
@@ -27,9 +30,25 @@ inline void Block(int64_t steps, const typename V::Elem* const* arow, const type
       for (int v = 0; v < kNv; ++v) r[i][v] = V::Madd(r[i][v], x, bv[v]);
     }
   }
-  for (int i = 0; i < kMr; ++i) {
-    for (int v = 0; v < kNv; ++v) V::StoreC(c + i * ldc + v * V::kLanes, r[i][v]);
+  if (out.p == nullptr) {
+    for (int i = 0; i < kMr; ++i) {
+      for (int v = 0; v < kNv; ++v) V::StoreC(c + i * ldc + v * V::kLanes, r[i][v]);
+    }
+    return;
   }
+  typename V::Acc probe = V::Zero();
+  for (int i = 0; i < kMr; ++i) {
+    for (int v = 0; v < kNv; ++v) {
+      float* o = out.p + i * out.ld + v * V::kLanes;
+      if (out.stream) {
+        V::StreamC(o, r[i][v]);
+      } else {
+        V::StoreC(o, r[i][v]);
+      }
+      probe = V::Probe(probe, r[i][v]);
+    }
+  }
+  if (V::Wild(probe)) *out.wild = true;
 }
 
 // The prefetch region of a panel (PanelArgs), walked a few lines per block.
@@ -57,10 +76,10 @@ struct Prefetcher {
 // grouping's small groups end in such a block, each).
 template <class V, int kR>
 inline void ShortBlock(int r, int64_t steps, const typename V::Elem* const* arow, const typename V::Elem* b,
-                       float* c, int64_t ldc, bool accumulate) {
+                       float* c, int64_t ldc, bool accumulate, const PanelOut& out) {
   if constexpr (kR > 0) {
-    if (r == kR) return Block<V, kR>(steps, arow, b, c, ldc, accumulate);
-    return ShortBlock<V, kR - 1>(r, steps, arow, b, c, ldc, accumulate);
+    if (r == kR) return Block<V, kR>(steps, arow, b, c, ldc, accumulate, out);
+    return ShortBlock<V, kR - 1>(r, steps, arow, b, c, ldc, accumulate, out);
   }
 }
 
@@ -81,10 +100,12 @@ void PanelT(const PanelArgs& p) {
       for (int i = 0; i < kMr; ++i) arow[i] = a + (i0 + i < p.rows ? i0 + i : p.rows - 1) * p.lda;
       prefetcher.Step();
       float* c = p.c + i0 * p.ldc + s * kNr;
+      PanelOut out = p.out;
+      if (out.p != nullptr) out.p += i0 * out.ld + s * kNr;
       if (p.rows - i0 < kMr) {
-        ShortBlock<V, kMr - 1>(static_cast<int>(p.rows - i0), steps, arow, strip, c, p.ldc, p.accumulate);
+        ShortBlock<V, kMr - 1>(static_cast<int>(p.rows - i0), steps, arow, strip, c, p.ldc, p.accumulate, out);
       } else {
-        Block<V, kMr>(steps, arow, strip, c, p.ldc, p.accumulate);
+        Block<V, kMr>(steps, arow, strip, c, p.ldc, p.accumulate, out);
       }
     }
   }

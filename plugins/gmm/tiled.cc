@@ -10,7 +10,10 @@
 // in slices of tk: it packs the slice of B (strips of nr columns,
 // zero-padded; the next slice prefetched meanwhile) into a thread-local
 // buffer, and runs the micro-kernel panel (micro.h) over blocks of the
-// task's rows into a float accumulator, then stores it once (existing_out
+// task's rows into a float accumulator. On the last slice the micro-kernel
+// stores an f32 out's sums straight to out (PanelOut: their stores overlap
+// the FMAs, where a copy after the task ran alone: skewed tgmm writes 512
+// MiB a call); otherwise the task stores the accumulator once (existing_out
 // added, one rounding to out's dtype). gmm reads A in place (f32 for the
 // f32 kernels; bf16 for the pair kernels, but for a slice of odd length,
 // copied with a pad); tgmm, whose A rows lie far apart, copies it into a
@@ -346,11 +349,15 @@ struct Task {
   int64_t product, r0, rows, c0, cols;
 };
 
-// Runs every product's tasks. store(pr, task, c, ldc)
-// writes one task's accumulator (rows x cols, row stride ldc) to out.
-template <typename Store>
+// Runs every product's tasks. target(pr, task) says where in out the
+// task's sums may go straight from the micro-kernel (PanelOut at the
+// task's corner; p null where they may not: a bf16 out, existing_out);
+// store(pr, task, c, ldc) writes the task's accumulator (rows x cols, row
+// stride ldc) to out otherwise, and with c null recomputes the non-finite
+// sums already there.
+template <typename Target, typename Store>
 kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const Tiling& t, const PackedWeights* packed,
-                        const kreg_host* host, Store&& store) {
+                        const kreg_host* host, Target&& target, Store&& store) {
   std::vector<Task> tasks;
   for (int64_t x = 0; x < static_cast<int64_t>(products.size()); ++x) {
     for (int64_t r0 = 0; r0 < products[x].rows; r0 += t.tm) {
@@ -400,6 +407,16 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
     }
     if (!whole) s.b.resize(kcp * ldc);
     if (pr.depth == 0) std::fill(s.c.begin(), s.c.end(), 0.0f);
+    // The last slice's sums straight to out, where the set and the op
+    // allow it and every strip is whole: their stores overlap the FMAs,
+    // where a copy after the task ran alone (skewed tgmm's 512 MiB out).
+    PanelOut direct;
+    bool wild = false;
+    if (micro.stores_out && pr.depth > 0 && task.cols % nr == 0) direct = target(pr, task);
+    if (direct.p != nullptr) {
+      direct.wild = &wild;
+      direct.stream = direct.stream && reinterpret_cast<uintptr_t>(direct.p) % 64 == 0 && direct.ld % 16 == 0;
+    }
     // Per slice of the reduction: B's slice packed once (it stays in L2),
     // then every block of the task's rows against it.
     for (int64_t p0 = 0; p0 < pr.depth; p0 += t.tk) {
@@ -417,6 +434,7 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
       const int64_t next = p0 + t.tk;
       const bool fetch_next = pack && next < pr.depth && !pr.b.trans;
       const bool direct_a = pairs ? kc % 2 == 0 && !pr.pack_a : !pr.a.bf16 && !pr.pack_a;
+      const bool last = p0 + kc == pr.depth;
       for (int64_t i0 = 0; i0 < task.rows; i0 += block) {
         const int64_t rows = std::min(block, task.rows - i0);
         PanelArgs args;
@@ -443,6 +461,10 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
           args.prefetch_row_bytes = task.cols * elem;
           args.prefetch_ld = pr.b.ld * elem;
         }
+        if (last && direct.p != nullptr) {
+          args.out = direct;
+          args.out.p += i0 * direct.ld;
+        }
         micro.panel(args);
       }
     }
@@ -450,7 +472,9 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
       s.panel_product = task.product;
       s.panel_c0 = task.c0;
     }
-    store(pr, task, s.c.data(), ldc);
+    if (direct.p == nullptr) return store(pr, task, s.c.data(), ldc);
+    if (direct.stream) _mm_sfence();  // the streamed sums before the task counts as done
+    if (wild) store(pr, task, nullptr, 0);
   });
 }
 
@@ -617,6 +641,15 @@ inline bool CopyBf16Row(uint16_t* o, const float* c, int64_t n, bool stream, uin
 template <typename OutRow, typename ExistingRow, typename Exact>
 void StoreTask(const Task& task, const float* c, int64_t ldc, bool out_bf16, bool stream, uint32_t isa,
                OutRow&& out_row, ExistingRow&& existing_row, Exact&& exact) {
+  if (c == nullptr) {  // the micro-kernel stored f32 sums (PanelOut): recompute the non-finite ones
+    for (int64_t i = 0; i < task.rows; ++i) {
+      float* o = static_cast<float*>(Advance(out_row(task.r0 + i), false, task.c0));
+      for (int64_t j = 0; j < task.cols; ++j) {
+        if (!std::isfinite(o[j])) StoreDouble(o, false, j, exact(task.r0 + i, task.c0 + j));
+      }
+    }
+    return;
+  }
   for (int64_t i = 0; i < task.rows; ++i) {
     void* o = Advance(out_row(task.r0 + i), out_bf16, task.c0);
     const void* e = existing_row(task.r0 + i);
@@ -726,6 +759,10 @@ kreg_status GmmRun(const kreg_config* config, const kreg_args* args, void* state
     const uint32_t isa = HostIsa(host);
     kreg_status status = RunProducts(
         products, v.n, t, packed, host,
+        [&](const Product& pr, const Task& task) {
+          if (v.existing != nullptr || out.bf16) return PanelOut{};
+          return PanelOut{static_cast<float*>(out.Row(pr.first + task.r0)) + task.c0, out.ld, stream};
+        },
         [&](const Product& pr, const Task& task, const float* c, int64_t ldc) {
           const Mat rhs = GmmRhs(v, pr.local);
           StoreTask(
@@ -788,6 +825,11 @@ kreg_status TgmmRun(const kreg_config* config, const kreg_args* args, void*, voi
     const bool stream = v.local_groups * v.k * v.n * (v.out_bf16 ? 2 : 4) > kStreamOutBytes;
     const uint32_t isa = HostIsa(host);
     return Finish(RunProducts(products, v.n, t, nullptr, host,
+                              [&](const Product& pr, const Task& task) {
+                                if (v.out_bf16) return PanelOut{};
+                                const OutMat out = TgmmOut(v, pr.local);
+                                return PanelOut{static_cast<float*>(out.Row(task.r0)) + task.c0, out.ld, stream};
+                              },
                               [&](const Product& pr, const Task& task, const float* c, int64_t ldc) {
                                 const OutMat out = TgmmOut(v, pr.local);
                                 const int64_t begin = starts[v.group_offset + pr.local];
