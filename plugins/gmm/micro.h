@@ -22,13 +22,15 @@
 
 namespace kreg::gmm {
 
-// Where a panel's finished sums go instead of C: rows ld floats apart from p
-// (every strip whole), non-temporal where `stream` (p and ld on 64 bytes);
-// *wild is set when any sum is NaN or infinite (the driver recomputes
-// those). Only sets with MicroSet::stores_out take it.
+// Where a panel's finished sums go instead of C: rows ld elements apart
+// from p (every strip whole), f32, or bf16 rounded as FloatToBf16 rounds;
+// non-temporal where `stream` (p and rows on 64 bytes); *wild is set when
+// any sum is NaN or infinite (the driver recomputes those). Only sets with
+// MicroSet::stores_out take it.
 struct PanelOut {
-  float* p = nullptr;
+  void* p = nullptr;
   int64_t ld = 0;
+  bool bf16 = false;
   bool stream = false;
   bool* wild = nullptr;
 };

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "bf16_round.h"
 #include "micro.h"
 
 #if defined(__clang__)
@@ -25,6 +26,14 @@ struct Avx2F32 {
   static Acc LoadC(const float* p) { return _mm256_loadu_ps(p); }
   static void StoreC(float* p, Acc r) { _mm256_storeu_ps(p, r); }
   static void StreamC(float* p, Acc r) { _mm256_stream_ps(p, r); }
+  static void StoreBf16(uint16_t* p, Acc lo, Acc hi, bool stream) {
+    const __m256i bits = Bf16Bits256x2(_mm256_castps_si256(lo), _mm256_castps_si256(hi));
+    if (stream) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), bits);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits);
+    }
+  }
   // probe + r * 0: NaN from the first NaN or infinite r on.
   static Acc Probe(Acc probe, Acc r) { return _mm256_add_ps(probe, _mm256_mul_ps(r, _mm256_setzero_ps())); }
   static bool Wild(Acc probe) { return _mm256_movemask_ps(_mm256_cmp_ps(probe, probe, _CMP_UNORD_Q)) != 0; }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "bf16_round.h"
 #include "micro.h"
 
 #if defined(__clang__)
@@ -26,6 +27,17 @@ struct Avx512Acc {
   static Acc LoadC(const float* p) { return _mm512_loadu_ps(p); }
   static void StoreC(float* p, Acc r) { _mm512_storeu_ps(p, r); }
   static void StreamC(float* p, Acc r) { _mm512_stream_ps(p, r); }
+  static void StoreBf16(uint16_t* p, Acc lo, Acc hi, bool stream) {
+    const __m256i a = Bf16Bits512(_mm512_castps_si512(lo)), b = Bf16Bits512(_mm512_castps_si512(hi));
+    __m256i* to = reinterpret_cast<__m256i*>(p);
+    if (stream) {
+      _mm256_stream_si256(to, a);
+      _mm256_stream_si256(to + 1, b);
+    } else {
+      _mm256_storeu_si256(to, a);
+      _mm256_storeu_si256(to + 1, b);
+    }
+  }
   // probe + r * 0: NaN from the first NaN or infinite r on.
   static Acc Probe(Acc probe, Acc r) { return _mm512_add_ps(probe, _mm512_mul_ps(r, _mm512_setzero_ps())); }
   static bool Wild(Acc probe) { return _mm512_cmp_ps_mask(probe, probe, _CMP_UNORD_Q) != 0; }

@@ -2,6 +2,7 @@
 // compiler vectorises for whatever its baseline is.
 #include <cstdint>
 
+#include "kreg/plugin_sdk.h"
 #include "micro.h"
 
 namespace kreg::gmm {
@@ -25,6 +26,12 @@ struct GenericF32 {
     for (int l = 0; l < kLanes; ++l) p[l] = r.v[l];
   }
   static void StreamC(float* p, const Acc& r) { StoreC(p, r); }
+  static void StoreBf16(uint16_t* p, const Acc& lo, const Acc& hi, bool) {
+    for (int l = 0; l < kLanes; ++l) {
+      p[l] = sdk::FloatToBf16(lo.v[l]);
+      p[kLanes + l] = sdk::FloatToBf16(hi.v[l]);
+    }
+  }
   // probe + r * 0: NaN from the first NaN or infinite r on.
   static Acc Probe(Acc probe, const Acc& r) {
     for (int l = 0; l < kLanes; ++l) probe.v[l] += r.v[l] * 0.0f;

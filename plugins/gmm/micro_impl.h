@@ -7,8 +7,9 @@
 //   kLanes            floats per accumulator vector
 //   kPack             elements of the reduction per step (1, or 2: pairs)
 //   Acc, A, B         vector types; Zero(), LoadC(p), StoreC(p, acc),
-//                     StreamC(p, acc) (non-temporal, p aligned), Probe(probe,
-//                     acc) (probe + acc * 0) and Wild(probe) (any NaN lane),
+//                     StreamC(p, acc) (non-temporal, p aligned), StoreBf16(p,
+//                     lo, hi, stream) (2 * kLanes rounded to bf16), Probe(
+//                     probe, acc) (probe + acc * 0), Wild(probe) (a NaN lane),
 //   Bcast(row, q)     step q of an A row (elements kPack*q ...) broadcast,
 //   LoadB(p)          one vector of a B strip, Madd(acc, a, b) = acc + a.b.
 
@@ -36,16 +37,21 @@ inline void Block(int64_t steps, const typename V::Elem* const* arow, const type
     }
     return;
   }
+  static_assert(kNv == 2, "StoreBf16 takes a block row's two vectors");
   typename V::Acc probe = V::Zero();
   for (int i = 0; i < kMr; ++i) {
+    for (int v = 0; v < kNv; ++v) probe = V::Probe(probe, r[i][v]);
+    if (out.bf16) {
+      V::StoreBf16(static_cast<uint16_t*>(out.p) + i * out.ld, r[i][0], r[i][1], out.stream);
+      continue;
+    }
     for (int v = 0; v < kNv; ++v) {
-      float* o = out.p + i * out.ld + v * V::kLanes;
+      float* o = static_cast<float*>(out.p) + i * out.ld + v * V::kLanes;
       if (out.stream) {
         V::StreamC(o, r[i][v]);
       } else {
         V::StoreC(o, r[i][v]);
       }
-      probe = V::Probe(probe, r[i][v]);
     }
   }
   if (V::Wild(probe)) *out.wild = true;
@@ -101,7 +107,7 @@ void PanelT(const PanelArgs& p) {
       prefetcher.Step();
       float* c = p.c + i0 * p.ldc + s * kNr;
       PanelOut out = p.out;
-      if (out.p != nullptr) out.p += i0 * out.ld + s * kNr;
+      if (out.p != nullptr) out.p = static_cast<char*>(out.p) + (i0 * out.ld + s * kNr) * (out.bf16 ? 2 : 4);
       if (p.rows - i0 < kMr) {
         ShortBlock<V, kMr - 1>(static_cast<int>(p.rows - i0), steps, arow, strip, c, p.ldc, p.accumulate, out);
       } else {

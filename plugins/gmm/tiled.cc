@@ -11,9 +11,10 @@
 // zero-padded; the next slice prefetched meanwhile) into a thread-local
 // buffer, and runs the micro-kernel panel (micro.h) over blocks of the
 // task's rows into a float accumulator. On the last slice the micro-kernel
-// stores an f32 out's sums straight to out (PanelOut: their stores overlap
-// the FMAs, where a copy after the task ran alone: skewed tgmm writes 512
-// MiB a call); otherwise the task stores the accumulator once (existing_out
+// stores the sums straight to out, rounded to out's dtype (PanelOut: their
+// stores overlap the FMAs, where a copy after the task ran alone: skewed
+// tgmm writes 512 MiB a call); with existing_out, a strip that n cuts or
+// the amx set the task stores the accumulator once instead (existing_out
 // added, one rounding to out's dtype). gmm reads A in place (f32 for the
 // f32 kernels; bf16 for the pair kernels, but for a slice of odd length,
 // copied with a pad); tgmm, whose A rows lie far apart, copies it into a
@@ -46,6 +47,7 @@
 
 #include <oneapi/tbb/enumerable_thread_specific.h>
 
+#include "bf16_round.h"
 #include "common.h"
 #include "micro.h"
 #include "variants.h"
@@ -351,7 +353,7 @@ struct Task {
 
 // Runs every product's tasks. target(pr, task) says where in out the
 // task's sums may go straight from the micro-kernel (PanelOut at the
-// task's corner; p null where they may not: a bf16 out, existing_out);
+// task's corner; p null where they may not: existing_out);
 // store(pr, task, c, ldc) writes the task's accumulator (rows x cols, row
 // stride ldc) to out otherwise, and with c null recomputes the non-finite
 // sums already there.
@@ -415,7 +417,8 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
     if (micro.stores_out && pr.depth > 0 && task.cols % nr == 0) direct = target(pr, task);
     if (direct.p != nullptr) {
       direct.wild = &wild;
-      direct.stream = direct.stream && reinterpret_cast<uintptr_t>(direct.p) % 64 == 0 && direct.ld % 16 == 0;
+      direct.stream = direct.stream && reinterpret_cast<uintptr_t>(direct.p) % 64 == 0 &&
+                      direct.ld * (direct.bf16 ? 2 : 4) % 64 == 0;
     }
     // Per slice of the reduction: B's slice packed once (it stays in L2),
     // then every block of the task's rows against it.
@@ -463,7 +466,7 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
         }
         if (last && direct.p != nullptr) {
           args.out = direct;
-          args.out.p += i0 * direct.ld;
+          args.out.p = Advance(direct.p, direct.bf16, i0 * direct.ld);
         }
         micro.panel(args);
       }
@@ -523,61 +526,34 @@ __attribute__((target("avx2"))) inline void StoreBf16x16(uint16_t* o, __m256i bi
   }
 }
 
-#if !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12 on its own AVX-512 intrinsics' headers
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 // CopyBf16Row's loop on AVX-512 (sixteen at a time); returns where it
 // stopped and ors into *bad whether a float was not finite.
 __attribute__((target("avx512f"))) int64_t CopyBf16Row512(uint16_t* o, const float* c, int64_t n, bool stream,
                                                           bool* bad) {
   const __m512i exponent = _mm512_set1_epi32(0x7f800000);
-  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
-  const __m512i round = _mm512_set1_epi32(0x7fff);
-  const __m512i one = _mm512_set1_epi32(1);
-  const __m512i quiet = _mm512_set1_epi32(0x400000);
   __mmask16 wild = 0;
   int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
     const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(c + j));
     wild |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exponent), exponent);
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, magnitude), exponent);
-    const __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(round, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
-    const __m512i r = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(u, quiet));
-    const __m256i packed = _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-    StoreBf16x16(o + j, packed, stream);
+    StoreBf16x16(o + j, Bf16Bits512(u), stream);
   }
   *bad |= wild != 0;
   return j;
-}
-#if !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
-// Eight floats' bf16 bits on AVX2, sign-extended in each lane's low half;
-// ors into *wild the lanes that are not finite.
-__attribute__((target("avx2"))) inline __m256i Bf16Bits256(__m256i u, __m256i* wild) {
-  const __m256i exponent = _mm256_set1_epi32(0x7f800000);
-  *wild = _mm256_or_si256(*wild, _mm256_cmpeq_epi32(_mm256_and_si256(u, exponent), exponent));
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), exponent);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
-  const __m256i quieted = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
-  return _mm256_srai_epi32(_mm256_blendv_epi8(rounded, quieted, nan), 16);
 }
 
 // CopyBf16Row512's loop on AVX2, sixteen at a time.
 __attribute__((target("avx2"))) int64_t CopyBf16Row256(uint16_t* o, const float* c, int64_t n, bool stream,
                                                        bool* bad) {
+  const __m256i exponent = _mm256_set1_epi32(0x7f800000);
   __m256i wild = _mm256_setzero_si256();
   int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
-    const __m256i lo = Bf16Bits256(_mm256_castps_si256(_mm256_loadu_ps(c + j)), &wild);
-    const __m256i hi = Bf16Bits256(_mm256_castps_si256(_mm256_loadu_ps(c + j + 8)), &wild);
-    // packs works within 128-bit halves: 0-3, 8-11, 4-7, 12-15 in order.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xd8);
-    StoreBf16x16(o + j, packed, stream);
+    const __m256i lo = _mm256_castps_si256(_mm256_loadu_ps(c + j));
+    const __m256i hi = _mm256_castps_si256(_mm256_loadu_ps(c + j + 8));
+    wild = _mm256_or_si256(wild, _mm256_cmpeq_epi32(_mm256_and_si256(lo, exponent), exponent));
+    wild = _mm256_or_si256(wild, _mm256_cmpeq_epi32(_mm256_and_si256(hi, exponent), exponent));
+    StoreBf16x16(o + j, Bf16Bits256x2(lo, hi), stream);
   }
   *bad |= !_mm256_testz_si256(wild, wild);
   return j;
@@ -641,11 +617,15 @@ inline bool CopyBf16Row(uint16_t* o, const float* c, int64_t n, bool stream, uin
 template <typename OutRow, typename ExistingRow, typename Exact>
 void StoreTask(const Task& task, const float* c, int64_t ldc, bool out_bf16, bool stream, uint32_t isa,
                OutRow&& out_row, ExistingRow&& existing_row, Exact&& exact) {
-  if (c == nullptr) {  // the micro-kernel stored f32 sums (PanelOut): recompute the non-finite ones
+  if (c == nullptr) {
+    // The micro-kernel stored the sums (PanelOut) and saw a non-finite
+    // one: each non-finite out is recomputed. (With a bf16 out that takes
+    // in a finite sum that rounded to an infinity too, where the exact sum
+    // rounded once gives the same infinity or the largest bf16 below it.)
     for (int64_t i = 0; i < task.rows; ++i) {
-      float* o = static_cast<float*>(Advance(out_row(task.r0 + i), false, task.c0));
+      void* o = Advance(out_row(task.r0 + i), out_bf16, task.c0);
       for (int64_t j = 0; j < task.cols; ++j) {
-        if (!std::isfinite(o[j])) StoreDouble(o, false, j, exact(task.r0 + i, task.c0 + j));
+        if (!std::isfinite(LoadAt(o, out_bf16, j))) StoreDouble(o, out_bf16, j, exact(task.r0 + i, task.c0 + j));
       }
     }
     return;
@@ -760,8 +740,8 @@ kreg_status GmmRun(const kreg_config* config, const kreg_args* args, void* state
     kreg_status status = RunProducts(
         products, v.n, t, packed, host,
         [&](const Product& pr, const Task& task) {
-          if (v.existing != nullptr || out.bf16) return PanelOut{};
-          return PanelOut{static_cast<float*>(out.Row(pr.first + task.r0)) + task.c0, out.ld, stream};
+          if (v.existing != nullptr) return PanelOut{};
+          return PanelOut{Advance(out.Row(pr.first + task.r0), out.bf16, task.c0), out.ld, out.bf16, stream};
         },
         [&](const Product& pr, const Task& task, const float* c, int64_t ldc) {
           const Mat rhs = GmmRhs(v, pr.local);
@@ -826,9 +806,9 @@ kreg_status TgmmRun(const kreg_config* config, const kreg_args* args, void*, voi
     const uint32_t isa = HostIsa(host);
     return Finish(RunProducts(products, v.n, t, nullptr, host,
                               [&](const Product& pr, const Task& task) {
-                                if (v.out_bf16) return PanelOut{};
                                 const OutMat out = TgmmOut(v, pr.local);
-                                return PanelOut{static_cast<float*>(out.Row(task.r0)) + task.c0, out.ld, stream};
+                                return PanelOut{Advance(out.Row(task.r0), out.bf16, task.c0), out.ld, out.bf16,
+                                                stream};
                               },
                               [&](const Product& pr, const Task& task, const float* c, int64_t ldc) {
                                 const OutMat out = TgmmOut(v, pr.local);
