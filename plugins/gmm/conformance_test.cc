@@ -95,6 +95,45 @@ TEST(TgmmReferenceTest, GroupsOffsetsAndEmptyGroups) {
             (std::vector<float>{3, 5, 7, 13, 0, 0, 0, 0}));
 }
 
+// The declared tolerance (op.cc): a sum is held to d roundings of its terms'
+// size M, not of its result, and NaN and infinities to the reference's even
+// where M overflows. One group, k = 3, the rows' exact sums 1, 2e-3 and 3e38.
+TEST(GmmToleranceTest, ASumIsHeldToItsTermsSizeAndItsOverflowsExactly) {
+  std::shared_ptr<const Op> op = *TheRegistry().GetOp("gmm");
+  std::shared_ptr<const Kernel> reference = TheRegistry().Reference("gmm");
+  ProblemOptions options;
+  options.inputs = {{"lhs", F32({3, 3}, {1e8f, 1, -1e8f, 1e-3f, 2e-3f, -1e-3f, 3e38f, 3e38f, -3e38f})},
+                    {"rhs", F32({1, 3, 1}, {1, 1, 1})},
+                    {"group_sizes", I32({3})}};
+  absl::StatusOr<std::unique_ptr<Problem>> made = Problem::Make(op, reference, *op->ParseValues(NamedValues{}), options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Problem& p = **made;
+  float* out = const_cast<float*>(Output(p, "out")->data_as<float>());
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Change {
+    int row;
+    float to;
+    bool caught;
+  };
+  const std::vector<Change> changes = {
+      {0, 0.0f, false},      // the float sum from the left: 1e8 + 1 rounds to 1e8
+      {0, 100.0f, false},    // within 2e-7 x 3 x 2e8
+      {0, 1000.0f, true},
+      {1, 2.001e-3f, true},  // 1e-6 off a result of 2e-3: the terms are small
+      {1, 2.0000001e-3f, false},
+      {2, inf, true},        // the float sum from the left overflows; the result does not
+      {2, 1.0f, false},      // M overflows: any finite value is within d roundings of it
+  };
+  for (const Change& c : changes) {
+    SCOPED_TRACE(::testing::Message() << "row " << c.row << " = " << c.to);
+    ASSERT_TRUE(reference->Run(reference->DefaultConfig(), *p.args()).ok());
+    ASSERT_TRUE(p.CheckOutputs().ok());
+    out[c.row] = c.to;
+    const absl::Status check = p.CheckOutputs();
+    EXPECT_EQ(!check.ok(), c.caught) << check;
+  }
+}
+
 // ---- gmm and tgmm: every kernel on chosen partitions ------------------------------
 
 // A grouped-matmul problem: its dims (m the grouped one), group sizes
@@ -121,11 +160,13 @@ std::vector<GroupedShape> GroupedShapes() {
       {"sum_below_m", 20, 7, 9, {3, 4, 2}},
       {"one_huge_many_tiny", 300 + 31 + 4, 33, 17, huge_and_tiny},
       {"tiles_do_not_divide", 130, 67, 45, {30, 0, 61, 1, 38}},
-      // Every strip whole (n = 64), so the micro-kernels store the sums
+      // Every strip whole (n = 32), so the micro-kernels store the sums
       // straight to out; the reduction in two slices of tk = 128 (gmm's k,
       // tgmm's first group). (OutputsLargerThanTheCache has n = 512: two
-      // column blocks, streamed.)
-      {"whole_strips", 150, 130, 64, {130, 0, 1, 19}},
+      // column blocks, streamed.) Its random bit patterns draw a sum whose
+      // terms cancel (tgmm out[3, 129, 11]), which only the tolerance's
+      // magnitude term admits.
+      {"whole_strips", 150, 130, 32, {130, 0, 1, 19}},
       {"skewed", 200, 16, 24, {}, 16, Partition::kSkewed},
       {"offset_middle", 40, 9, 11, eight, 0, Partition::kRandom, 2, 3},
       {"offset_last", 40, 9, 11, eight, 0, Partition::kRandom, 5, 3},

@@ -240,6 +240,7 @@ absl::Status ReadTensorExtras(const Op& op, const kreg_tensor_desc* t, TensorInf
       const uint32_t flags = KREG_HAS_FIELD(tol, kreg_tolerance, flags) ? tol->flags : 0;
       out.magnitude = (flags & KREG_TOLERANCE_MAGNITUDE) != 0;
       out.bf16_daz = (flags & KREG_TOLERANCE_BF16_DAZ) != 0;
+      out.exact_nonfinite = (flags & KREG_TOLERANCE_EXACT_NONFINITE) != 0;
       info->tolerances.push_back(out);
     }
   }

@@ -3,10 +3,11 @@
 Against jax.lax.top_k and jax.lax.ragged_dot, and NumPy references of kreg's
 semantics (float64 for the grouped matmuls); gradients against jax.grad of
 references written in jax.numpy; vmap; errors. Skipped where JAX is not
-installed. Tolerances: kreg's declared ones for gmm and tgmm, |got - want|
-<= atol * (reduction length) + rtol * |want|, f32 out 1e-5 / 1e-5 and bf16
-out 1e-2 / 1/128 (DESIGN.md §4.2); gradients, sums of two such products,
-twice that.
+installed. Tolerances for gmm and tgmm: |got - want| <= atol * (reduction
+length) + rtol * |want|, f32 out 1e-5 / 1e-5 and bf16 out 1e-2 / 1/128, a
+bound on the size of these tests' normal inputs (the op's own check,
+DESIGN.md §4, scales with the terms' magnitudes instead); gradients, sums
+of two such products, twice that.
 """
 
 import numpy as np
@@ -138,7 +139,7 @@ def tgmm_np(lhs, rhs, sizes, offset=0, local=None):
 
 
 def close(got, want, reduction, bf16=False, factor=1.0):
-    """kreg's declared tolerance (DESIGN.md §4.2); NaN meets NaN."""
+    """The bound in this module's docstring; NaN meets NaN."""
     atol, rtol = (1e-2, 1 / 128) if bf16 else (1e-5, 1e-5)
     got = np.asarray(jnp.asarray(got, F32), np.float64)
     bound = factor * (atol * max(reduction, 1) + rtol * np.abs(want))

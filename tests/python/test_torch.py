@@ -76,7 +76,9 @@ def tgmm_reference(lhs, rhs, group_sizes, group_offset=0, local_groups=None):
 
 
 def close(got, want, dtype=torch.float32, reduction=1):
-    """kreg's tolerance (plugins/gmm/op.cc): atol * reduction + rtol * |want|."""
+    """atol * reduction + rtol * |want|: a bound on the size of these tests'
+    normal inputs (the op's own check, plugins/gmm/op.cc, scales with the
+    terms' magnitudes instead)."""
     atol, rtol = (1e-5, 1e-5) if dtype == torch.float32 else (1e-2, 1.0 / 128)
     got, want = got.double(), want.double()
     both_nan = torch.isnan(got) & torch.isnan(want)

@@ -77,8 +77,9 @@ struct Tolerance {
   DType dtype;
   double atol = 0, rtol = 0;
   int scale_dim = -1;  // index into dims, or -1
-  bool magnitude = false;  // KREG_TOLERANCE_MAGNITUDE
-  bool bf16_daz = false;   // KREG_TOLERANCE_BF16_DAZ
+  bool magnitude = false;        // KREG_TOLERANCE_MAGNITUDE
+  bool bf16_daz = false;         // KREG_TOLERANCE_BF16_DAZ
+  bool exact_nonfinite = false;  // KREG_TOLERANCE_EXACT_NONFINITE
 };
 
 struct TensorInfo {

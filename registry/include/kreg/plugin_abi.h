@@ -227,7 +227,10 @@ typedef enum kreg_gen {
  * float sum in another order can lose it all). Where M overflows the
  * output's dtype, any infinity or NaN is accepted too (float partial sums
  * may overflow, to one infinity or to both, where the reference's double
- * sum does not).
+ * sum does not). With KREG_TOLERANCE_EXACT_NONFINITE as well (for ops whose
+ * kernels recompute an output whose float sum came out NaN or infinite, in
+ * double as the reference does), NaN and infinities must meet the
+ * reference's there too: only finite outputs take the unbounded term.
  * With KREG_TOLERANCE_BF16_DAZ (for ops whose kernels may use the CPU's
  * bf16 dot-product instructions, AVX512_BF16 and AMX, which read bf16
  * subnormals as zero, as oneDNN on them does), an element is also accepted
@@ -243,6 +246,7 @@ typedef struct kreg_tolerance {
 } kreg_tolerance;
 #define KREG_TOLERANCE_MAGNITUDE 1u
 #define KREG_TOLERANCE_BF16_DAZ 2u
+#define KREG_TOLERANCE_EXACT_NONFINITE 4u
 #define KREG_TOLERANCE_MIN_SIZE (offsetof(kreg_tolerance, scale_dim) + sizeof(const char*))
 
 /* kreg_tensor_desc.flags */
