@@ -19,6 +19,7 @@ namespace {
 struct Avx2F32 {
   using Elem = float;
   static constexpr int kLanes = 8, kPack = 1, kMaxMr = 6;
+  static constexpr bool kRoundInRegisters = false;
   using Acc = __m256;
   using A = __m256;
   using B = __m256;

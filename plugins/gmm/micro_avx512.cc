@@ -23,6 +23,7 @@ namespace {
 // The float accumulators both sets share.
 struct Avx512Acc {
   using Acc = __m512;
+  static constexpr bool kRoundInRegisters = true;
   static Acc Zero() { return _mm512_setzero_ps(); }
   static Acc LoadC(const float* p) { return _mm512_loadu_ps(p); }
   static void StoreC(float* p, Acc r) { _mm512_storeu_ps(p, r); }

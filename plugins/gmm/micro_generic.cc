@@ -11,6 +11,7 @@ namespace {
 struct GenericF32 {
   using Elem = float;
   static constexpr int kLanes = 8, kPack = 1, kMaxMr = 6;
+  static constexpr bool kRoundInRegisters = false;
   struct Acc {
     float v[kLanes];
   };

@@ -6,6 +6,8 @@
 //   Elem              the element type of A and B (float, or uint16_t bf16)
 //   kLanes            floats per accumulator vector
 //   kPack             elements of the reduction per step (1, or 2: pairs)
+//   kRoundInRegisters whether a bf16 out is rounded from the accumulators
+//                     themselves (32 registers), or from a copy in L1 (16)
 //   Acc, A, B         vector types; Zero(), LoadC(p), StoreC(p, acc),
 //                     StreamC(p, acc) (non-temporal, p aligned), StoreBf16(p,
 //                     lo, hi, stream) (2 * kLanes rounded to bf16), Probe(
@@ -41,10 +43,32 @@ inline void Block(int64_t steps, const typename V::Elem* const* arow, const type
   typename V::Acc probe = V::Zero();
   for (int i = 0; i < kMr; ++i) {
     for (int v = 0; v < kNv; ++v) probe = V::Probe(probe, r[i][v]);
-    if (out.bf16) {
+  }
+  if (V::Wild(probe)) *out.wild = true;
+  if (out.bf16 && V::kRoundInRegisters) {
+    for (int i = 0; i < kMr; ++i) {
       V::StoreBf16(static_cast<uint16_t*>(out.p) + i * out.ld, r[i][0], r[i][1], out.stream);
-      continue;
     }
+    return;
+  }
+  if (out.bf16) {
+    // Rounded from a copy in L1, the sums' registers free first: with 16
+    // registers, rounding them in place (its constants beside twelve
+    // accumulators) made GCC keep the accumulators in memory across the
+    // whole loop above, at half the AVX2 set's speed, f32 out as well. The
+    // barrier keeps the compiler from folding the copy away.
+    alignas(64) float sums[kMr][kNr];
+    for (int i = 0; i < kMr; ++i) {
+      for (int v = 0; v < kNv; ++v) V::StoreC(sums[i] + v * V::kLanes, r[i][v]);
+    }
+    asm volatile("" : : "r"(sums) : "memory");
+    for (int i = 0; i < kMr; ++i) {
+      V::StoreBf16(static_cast<uint16_t*>(out.p) + i * out.ld, V::LoadC(sums[i]), V::LoadC(sums[i] + V::kLanes),
+                   out.stream);
+    }
+    return;
+  }
+  for (int i = 0; i < kMr; ++i) {
     for (int v = 0; v < kNv; ++v) {
       float* o = static_cast<float*>(out.p) + i * out.ld + v * V::kLanes;
       if (out.stream) {
@@ -54,7 +78,6 @@ inline void Block(int64_t steps, const typename V::Elem* const* arow, const type
       }
     }
   }
-  if (V::Wild(probe)) *out.wild = true;
 }
 
 // The prefetch region of a panel (PanelArgs), walked a few lines per block.
