@@ -15,17 +15,51 @@
 //   Bcast(row, q)     step q of an A row (elements kPack*q ...) broadcast,
 //   LoadB(p)          one vector of a B strip, Madd(acc, a, b) = acc + a.b.
 
+// The prefetch region of a panel (PanelArgs): each block takes its share of
+// the lines, one per step of its reduction loop, so that the fetches are
+// spread over the panel's FMAs rather than issued in bursts.
+struct Prefetcher {
+  const char* at = nullptr;
+  int64_t row_lines = 0, skip = 0, col = 0, line = 0, lines = 0, per_block = 0, end = 0;
+
+  Prefetcher(const PanelArgs& p, int64_t blocks) {
+    if (p.prefetch == nullptr || p.prefetch_rows <= 0 || p.prefetch_row_bytes <= 0) return;
+    at = p.prefetch;
+    row_lines = (p.prefetch_row_bytes + 63) / 64;
+    skip = p.prefetch_ld - row_lines * 64;
+    lines = p.prefetch_rows * row_lines;
+    per_block = (lines + blocks - 1) / blocks;
+  }
+  // A block's share: Begin before it, One per step, Rest after it (the
+  // lines a short reduction left).
+  void Begin() { end = line + per_block < lines ? line + per_block : lines; }
+  void One() {
+    if (line >= end) return;
+    __builtin_prefetch(at, 0, 2);
+    ++line;
+    at += 64;
+    if (++col == row_lines) {
+      col = 0;
+      at += skip;
+    }
+  }
+  void Rest() {
+    while (line < end) One();
+  }
+};
+
 // One mr x (2 * kLanes) block over the whole slice, kept in registers, its
 // sums stored to C, or to out where out.p is set (at the block's corner).
 template <class V, int kMr>
 inline void Block(int64_t steps, const typename V::Elem* const* arow, const typename V::Elem* b, float* c,
-                  int64_t ldc, bool accumulate, const PanelOut& out) {
+                  int64_t ldc, bool accumulate, const PanelOut& out, Prefetcher& pf) {
   constexpr int kNv = 2, kNr = kNv * V::kLanes;
   typename V::Acc r[kMr][kNv];
   for (int i = 0; i < kMr; ++i) {
     for (int v = 0; v < kNv; ++v) r[i][v] = accumulate ? V::LoadC(c + i * ldc + v * V::kLanes) : V::Zero();
   }
   for (int64_t q = 0; q < steps; ++q) {
+    pf.One();
     typename V::B bv[kNv];
     for (int v = 0; v < kNv; ++v) bv[v] = V::LoadB(b + (q * kNr + v * V::kLanes) * V::kPack);
     for (int i = 0; i < kMr; ++i) {
@@ -80,35 +114,15 @@ inline void Block(int64_t steps, const typename V::Elem* const* arow, const type
   }
 }
 
-// The prefetch region of a panel (PanelArgs), walked a few lines per block.
-struct Prefetcher {
-  const char* base = nullptr;
-  int64_t row_lines = 0, ld = 0, line = 0, lines = 0, per_block = 0;
-
-  Prefetcher(const PanelArgs& p, int64_t blocks) {
-    if (p.prefetch == nullptr || p.prefetch_rows <= 0 || p.prefetch_row_bytes <= 0) return;
-    base = p.prefetch;
-    row_lines = (p.prefetch_row_bytes + 63) / 64;
-    ld = p.prefetch_ld;
-    lines = p.prefetch_rows * row_lines;
-    per_block = (lines + blocks - 1) / blocks;
-  }
-  void Step() {
-    for (int64_t end = line + per_block < lines ? line + per_block : lines; line < end; ++line) {
-      __builtin_prefetch(base + (line / row_lines) * ld + (line % row_lines) * 64, 0, 2);
-    }
-  }
-};
-
 // Block<V, r> for the r < kMr rows a panel's last block holds: a block of
 // its own height, so that no row past the last is computed (a skewed
 // grouping's small groups end in such a block, each).
 template <class V, int kR>
 inline void ShortBlock(int r, int64_t steps, const typename V::Elem* const* arow, const typename V::Elem* b,
-                       float* c, int64_t ldc, bool accumulate, const PanelOut& out) {
+                       float* c, int64_t ldc, bool accumulate, const PanelOut& out, Prefetcher& pf) {
   if constexpr (kR > 0) {
-    if (r == kR) return Block<V, kR>(steps, arow, b, c, ldc, accumulate, out);
-    return ShortBlock<V, kR - 1>(r, steps, arow, b, c, ldc, accumulate, out);
+    if (r == kR) return Block<V, kR>(steps, arow, b, c, ldc, accumulate, out, pf);
+    return ShortBlock<V, kR - 1>(r, steps, arow, b, c, ldc, accumulate, out, pf);
   }
 }
 
@@ -127,15 +141,17 @@ void PanelT(const PanelArgs& p) {
     for (int64_t i0 = 0; i0 < p.rows; i0 += kMr) {
       const Elem* arow[kMr];
       for (int i = 0; i < kMr; ++i) arow[i] = a + (i0 + i < p.rows ? i0 + i : p.rows - 1) * p.lda;
-      prefetcher.Step();
+      prefetcher.Begin();
       float* c = p.c + i0 * p.ldc + s * kNr;
       PanelOut out = p.out;
       if (out.p != nullptr) out.p = static_cast<char*>(out.p) + (i0 * out.ld + s * kNr) * (out.bf16 ? 2 : 4);
       if (p.rows - i0 < kMr) {
-        ShortBlock<V, kMr - 1>(static_cast<int>(p.rows - i0), steps, arow, strip, c, p.ldc, p.accumulate, out);
+        ShortBlock<V, kMr - 1>(static_cast<int>(p.rows - i0), steps, arow, strip, c, p.ldc, p.accumulate, out,
+                              prefetcher);
       } else {
-        Block<V, kMr>(steps, arow, strip, c, p.ldc, p.accumulate, out);
+        Block<V, kMr>(steps, arow, strip, c, p.ldc, p.accumulate, out, prefetcher);
       }
+      prefetcher.Rest();
     }
   }
 }
