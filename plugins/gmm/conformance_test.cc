@@ -105,7 +105,8 @@ TEST(GmmToleranceTest, ASumIsHeldToItsTermsSizeAndItsOverflowsExactly) {
   options.inputs = {{"lhs", F32({3, 3}, {1e8f, 1, -1e8f, 1e-3f, 2e-3f, -1e-3f, 3e38f, 3e38f, -3e38f})},
                     {"rhs", F32({1, 3, 1}, {1, 1, 1})},
                     {"group_sizes", I32({3})}};
-  absl::StatusOr<std::unique_ptr<Problem>> made = Problem::Make(op, reference, *op->ParseValues(NamedValues{}), options);
+  absl::StatusOr<std::unique_ptr<Problem>> made =
+      Problem::Make(op, reference, *op->ParseValues(NamedValues{}), options);
   ASSERT_TRUE(made.ok()) << made.status();
   Problem& p = **made;
   float* out = const_cast<float*>(Output(p, "out")->data_as<float>());
