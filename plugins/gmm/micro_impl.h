@@ -79,26 +79,24 @@ inline void Block(int64_t steps, const typename V::Elem* const* arow, const type
     for (int v = 0; v < kNv; ++v) probe = V::Probe(probe, r[i][v]);
   }
   if (V::Wild(probe)) *out.wild = true;
-  if (out.bf16 && V::kRoundInRegisters) {
-    for (int i = 0; i < kMr; ++i) {
-      V::StoreBf16(static_cast<uint16_t*>(out.p) + i * out.ld, r[i][0], r[i][1], out.stream);
-    }
-    return;
-  }
   if (out.bf16) {
-    // Rounded from a copy in L1, the sums' registers free first: with 16
-    // registers, rounding them in place (its constants beside twelve
-    // accumulators) made GCC keep the accumulators in memory across the
-    // whole loop above, at half the AVX2 set's speed, f32 out as well. The
-    // barrier keeps the compiler from folding the copy away.
-    alignas(64) float sums[kMr][kNr];
-    for (int i = 0; i < kMr; ++i) {
-      for (int v = 0; v < kNv; ++v) V::StoreC(sums[i] + v * V::kLanes, r[i][v]);
-    }
-    asm volatile("" : : "r"(sums) : "memory");
-    for (int i = 0; i < kMr; ++i) {
-      V::StoreBf16(static_cast<uint16_t*>(out.p) + i * out.ld, V::LoadC(sums[i]), V::LoadC(sums[i] + V::kLanes),
-                   out.stream);
+    uint16_t* o = static_cast<uint16_t*>(out.p);
+    if constexpr (V::kRoundInRegisters) {
+      for (int i = 0; i < kMr; ++i) V::StoreBf16(o + i * out.ld, r[i][0], r[i][1], out.stream);
+    } else {
+      // Rounded from a copy in L1, the sums' registers free first: with 16
+      // registers, rounding them in place (its constants beside twelve
+      // accumulators) made GCC keep the accumulators in memory across the
+      // whole loop above, at half the AVX2 set's speed, f32 out as well.
+      // The barrier keeps the compiler from folding the copy away.
+      alignas(64) float sums[kMr][kNr];
+      for (int i = 0; i < kMr; ++i) {
+        for (int v = 0; v < kNv; ++v) V::StoreC(sums[i] + v * V::kLanes, r[i][v]);
+      }
+      asm volatile("" : : "r"(sums) : "memory");
+      for (int i = 0; i < kMr; ++i) {
+        V::StoreBf16(o + i * out.ld, V::LoadC(sums[i]), V::LoadC(sums[i] + V::kLanes), out.stream);
+      }
     }
     return;
   }
