@@ -76,7 +76,7 @@ const kreg_param_desc* const kParams[] = {&kFirstBitsParam, &kRoundBitsParam, &k
 
 // The widest vectors the sort's helpers use: a scan over 4096 counts or
 // a pass of the in-bucket sort costs as much as a pass over the keys, so
-// each has a form per width (ScanCounts, MostPerBucket, TranspositionSort).
+// each has a form per width (ScanCounts, MostPerBucket, SortWithinBuckets).
 enum class Vectors { kNone, kAvx2, kAvx512 };
 
 struct RadixConfig {
@@ -460,12 +460,12 @@ uint32_t CarriedThreshold(const std::vector<uint64_t>& sorted, int64_t rank) {
 // pass on the top 12 bits of each score's distance from the lowest places
 // the keys by bucket, and the buckets down to the k-th best's are then put
 // in order inside (SortWithinBuckets: with vectors by as many phases of
-// an odd-even transposition sort as the largest holds keys). ~2,300 survivors of a row of normal f32 data fill
-// ~3,000 buckets, the largest with about eight, so this costs less than
-// SortBest's second scatter and its histogram (bench/RESULTS.md, "Large-k
-// top-k, fifth round"). Where a kept bucket holds more than
-// kMostPerBucket (scores bunched below one top digit, as adversarial rows
-// may be), SortBest sorts them all instead.
+// an odd-even transposition sort as the largest holds keys). ~2,300
+// survivors of a row of normal f32 data fill ~3,000 buckets, the largest
+// with about eight, so this costs less than SortBest's second scatter and
+// its histogram (bench/RESULTS.md, "Large-k top-k, fifth round"). Where a
+// kept bucket holds more than kMostPerBucket (scores bunched below one top
+// digit, as adversarial rows may be), SortBest sorts them all instead.
 // `range` is the scores' (ScoresOf). `from` may be out's own keys.
 // REQUIRES: 0 < k <= n; keys of equal score come in column order.
 template <typename From>
