@@ -6,6 +6,8 @@
 //      kernels (packed by the driver: contiguous, padded, kc even for pairs);
 //   B  `strips` strips of nr columns, each kc x nr (f32), or for the pair
 //      kernels kc/2 x nr pairs (b(2q, j), b(2q + 1, j)) of bf16, zero-padded;
+//      or, for the f32 sets, still in place, packed by the panel itself
+//      (PanelArgs::b_src);
 //   C  float, row stride ldc, rows x strips * nr (a panel's last block is
 //      as high as the rows left: no row past them is computed or written);
 //      or, on the reduction's last slice, the sums go straight to the op's
@@ -41,6 +43,14 @@ struct PanelArgs {
   int64_t lda = 0, rows = 0;
   const void* b = nullptr;
   int64_t kc = 0, strips = 0;
+  // Optional, f32 sets only: B is not packed yet. Each strip's first
+  // register block reads it in place, step q of strip s at
+  // b_src + q * b_src_ld + s * nr (rhs itself, every strip whole), and
+  // writes it to b in the packed layout, for the strip's later blocks and
+  // the panel's next calls: packing rides on that block's FMAs instead of
+  // running as a pass of its own.
+  const float* b_src = nullptr;
+  int64_t b_src_ld = 0;
   float* c = nullptr;
   int64_t ldc = 0;
   bool accumulate = false;  // false: C = A . B; true: C += A . B

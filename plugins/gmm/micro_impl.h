@@ -48,11 +48,24 @@ struct Prefetcher {
   }
 };
 
+// A strip of B still in place (PanelArgs::b_src): step q at p + q * ld.
+struct StripSource {
+  const float* p = nullptr;
+  int64_t ld = 0;
+};
+
+// Steps ahead that a packing block prefetches its strip's rows: they lie
+// a row of rhs apart (a page apart when n is large), where the hardware
+// prefetchers stop, and a task's first slice comes from memory.
+constexpr int64_t kPackAhead = 16;
+
 // One mr x (2 * kLanes) block over the whole slice, kept in registers, its
 // sums stored to C, or to out where out.p is set (at the block's corner).
-template <class V, int kMr>
-inline void Block(int64_t steps, const typename V::Elem* const* arow, const typename V::Elem* b, float* c,
-                  int64_t ldc, bool accumulate, const PanelOut& out, Prefetcher& pf) {
+// kPacking (f32 sets): B's strip is read from src and written to b packed.
+template <class V, int kMr, bool kPacking>
+inline void Block(int64_t steps, const typename V::Elem* const* arow, const typename V::Elem* b,
+                  const StripSource& src, float* c, int64_t ldc, bool accumulate, const PanelOut& out,
+                  Prefetcher& pf) {
   constexpr int kNv = 2, kNr = kNv * V::kLanes;
   typename V::Acc r[kMr][kNv];
   for (int i = 0; i < kMr; ++i) {
@@ -61,7 +74,21 @@ inline void Block(int64_t steps, const typename V::Elem* const* arow, const type
   for (int64_t q = 0; q < steps; ++q) {
     pf.One();
     typename V::B bv[kNv];
-    for (int v = 0; v < kNv; ++v) bv[v] = V::LoadB(b + (q * kNr + v * V::kLanes) * V::kPack);
+    if constexpr (kPacking) {
+      static_assert(V::kPack == 1, "packing in the panel takes f32 strips");
+      if (q + kPackAhead < steps) {
+        const float* ahead = src.p + (q + kPackAhead) * src.ld;
+        __builtin_prefetch(ahead);
+        __builtin_prefetch(ahead + kNr - 1);
+      }
+      float* packed = const_cast<float*>(b) + q * kNr;
+      for (int v = 0; v < kNv; ++v) {
+        bv[v] = V::LoadB(src.p + q * src.ld + v * V::kLanes);
+        V::StoreC(packed + v * V::kLanes, bv[v]);
+      }
+    } else {
+      for (int v = 0; v < kNv; ++v) bv[v] = V::LoadB(b + (q * kNr + v * V::kLanes) * V::kPack);
+    }
     for (int i = 0; i < kMr; ++i) {
       const typename V::A x = V::Bcast(arow[i], q);
       for (int v = 0; v < kNv; ++v) r[i][v] = V::Madd(r[i][v], x, bv[v]);
@@ -115,13 +142,35 @@ inline void Block(int64_t steps, const typename V::Elem* const* arow, const type
 // Block<V, r> for the r < kMr rows a panel's last block holds: a block of
 // its own height, so that no row past the last is computed (a skewed
 // grouping's small groups end in such a block, each).
-template <class V, int kR>
+template <class V, int kR, bool kPacking>
 inline void ShortBlock(int r, int64_t steps, const typename V::Elem* const* arow, const typename V::Elem* b,
-                       float* c, int64_t ldc, bool accumulate, const PanelOut& out, Prefetcher& pf) {
+                       const StripSource& src, float* c, int64_t ldc, bool accumulate, const PanelOut& out,
+                       Prefetcher& pf) {
   if constexpr (kR > 0) {
-    if (r == kR) return Block<V, kR>(steps, arow, b, c, ldc, accumulate, out, pf);
-    return ShortBlock<V, kR - 1>(r, steps, arow, b, c, ldc, accumulate, out, pf);
+    if (r == kR) return Block<V, kR, kPacking>(steps, arow, b, src, c, ldc, accumulate, out, pf);
+    return ShortBlock<V, kR - 1, kPacking>(r, steps, arow, b, src, c, ldc, accumulate, out, pf);
   }
+}
+
+// The register block at a row with `left` rows from it to the panel's end
+// (as high as those, at most kMr), packing B's strip where src.p is set.
+template <class V, int kMr>
+inline void AnyBlock(int64_t left, int64_t steps, const typename V::Elem* const* arow, const typename V::Elem* b,
+                     const StripSource& src, float* c, int64_t ldc, bool accumulate, const PanelOut& out,
+                     Prefetcher& pf) {
+  if constexpr (V::kPack == 1) {
+    if (src.p != nullptr) {
+      if (left < kMr) {
+        return ShortBlock<V, kMr - 1, true>(static_cast<int>(left), steps, arow, b, src, c, ldc, accumulate, out,
+                                            pf);
+      }
+      return Block<V, kMr, true>(steps, arow, b, src, c, ldc, accumulate, out, pf);
+    }
+  }
+  if (left < kMr) {
+    return ShortBlock<V, kMr - 1, false>(static_cast<int>(left), steps, arow, b, src, c, ldc, accumulate, out, pf);
+  }
+  Block<V, kMr, false>(steps, arow, b, src, c, ldc, accumulate, out, pf);
 }
 
 // B strip outermost (it stays in L1 across the rows), then row blocks, the
@@ -143,12 +192,9 @@ void PanelT(const PanelArgs& p) {
       float* c = p.c + i0 * p.ldc + s * kNr;
       PanelOut out = p.out;
       if (out.p != nullptr) out.p = static_cast<char*>(out.p) + (i0 * out.ld + s * kNr) * (out.bf16 ? 2 : 4);
-      if (p.rows - i0 < kMr) {
-        ShortBlock<V, kMr - 1>(static_cast<int>(p.rows - i0), steps, arow, strip, c, p.ldc, p.accumulate, out,
-                              prefetcher);
-      } else {
-        Block<V, kMr>(steps, arow, strip, c, p.ldc, p.accumulate, out, prefetcher);
-      }
+      StripSource src;
+      if (p.b_src != nullptr && i0 == 0) src = {p.b_src + s * kNr, p.b_src_ld};
+      AnyBlock<V, kMr>(p.rows - i0, steps, arow, strip, src, c, p.ldc, p.accumulate, out, prefetcher);
       prefetcher.Rest();
     }
   }

@@ -10,7 +10,10 @@
 // in slices of tk: it packs the slice of B (strips of nr columns,
 // zero-padded; the next slice prefetched meanwhile) into a thread-local
 // buffer, and runs the micro-kernel panel (micro.h) over blocks of the
-// task's rows into a float accumulator. On the last slice the micro-kernel
+// task's rows into a float accumulator. Where B is f32 rhs as it lies and
+// every strip is whole, the panel packs it (PanelArgs::b_src): each strip's
+// first register block reads it in place and writes the packed copy that
+// the strip's other blocks read, so the reads from memory overlap FMAs. On the last slice the micro-kernel
 // stores the sums straight to out, rounded to out's dtype (PanelOut: their
 // stores overlap the FMAs, where a copy after the task ran alone: skewed
 // tgmm writes 512 MiB a call); with existing_out, a strip that n cuts or
@@ -431,7 +434,10 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
         b = reinterpret_cast<char*>(s.panel.data()) + p0 * ldc * ElemBytes(pairs);
       }
       const bool pack = packed == nullptr && !reuse;
-      if (pack) PackB(pr.b, p0, kc, task.c0, task.cols, nr, pairs, b);
+      // f32 strips of rhs, every one whole, are packed by the panel's
+      // first register blocks as they use them (PanelArgs::b_src).
+      const bool pack_in_panel = pack && !pairs && !pr.b.bf16 && !pr.b.trans && task.cols % nr == 0;
+      if (pack && !pack_in_panel) PackB(pr.b, p0, kc, task.c0, task.cols, nr, pairs, b);
       // The next slice of B is fetched from memory while this one computes
       // (spread over the first row block's panel).
       const int64_t next = p0 + t.tk;
@@ -463,6 +469,10 @@ kreg_status RunProducts(const std::vector<Product>& products, int64_t n, const T
           args.prefetch_rows = std::min(t.tk, pr.depth - next);
           args.prefetch_row_bytes = task.cols * elem;
           args.prefetch_ld = pr.b.ld * elem;
+        }
+        if (pack_in_panel && i0 == 0) {
+          args.b_src = static_cast<const float*>(pr.b.p) + p0 * pr.b.ld + task.c0;
+          args.b_src_ld = pr.b.ld;
         }
         if (last && direct.p != nullptr) {
           args.out = direct;
