@@ -139,38 +139,17 @@ inline void Block(int64_t steps, const typename V::Elem* const* arow, const type
   }
 }
 
-// Block<V, r> for the r < kMr rows a panel's last block holds: a block of
-// its own height, so that no row past the last is computed (a skewed
+// Block<V, r> for a block of r <= kR rows: a panel's last block is as high
+// as the rows it holds, so that no row past the last is computed (a skewed
 // grouping's small groups end in such a block, each).
 template <class V, int kR, bool kPacking>
-inline void ShortBlock(int r, int64_t steps, const typename V::Elem* const* arow, const typename V::Elem* b,
-                       const StripSource& src, float* c, int64_t ldc, bool accumulate, const PanelOut& out,
-                       Prefetcher& pf) {
+inline void BlockOfHeight(int r, int64_t steps, const typename V::Elem* const* arow, const typename V::Elem* b,
+                          const StripSource& src, float* c, int64_t ldc, bool accumulate, const PanelOut& out,
+                          Prefetcher& pf) {
   if constexpr (kR > 0) {
     if (r == kR) return Block<V, kR, kPacking>(steps, arow, b, src, c, ldc, accumulate, out, pf);
-    return ShortBlock<V, kR - 1, kPacking>(r, steps, arow, b, src, c, ldc, accumulate, out, pf);
+    return BlockOfHeight<V, kR - 1, kPacking>(r, steps, arow, b, src, c, ldc, accumulate, out, pf);
   }
-}
-
-// The register block at a row with `left` rows from it to the panel's end
-// (as high as those, at most kMr), packing B's strip where src.p is set.
-template <class V, int kMr>
-inline void AnyBlock(int64_t left, int64_t steps, const typename V::Elem* const* arow, const typename V::Elem* b,
-                     const StripSource& src, float* c, int64_t ldc, bool accumulate, const PanelOut& out,
-                     Prefetcher& pf) {
-  if constexpr (V::kPack == 1) {
-    if (src.p != nullptr) {
-      if (left < kMr) {
-        return ShortBlock<V, kMr - 1, true>(static_cast<int>(left), steps, arow, b, src, c, ldc, accumulate, out,
-                                            pf);
-      }
-      return Block<V, kMr, true>(steps, arow, b, src, c, ldc, accumulate, out, pf);
-    }
-  }
-  if (left < kMr) {
-    return ShortBlock<V, kMr - 1, false>(static_cast<int>(left), steps, arow, b, src, c, ldc, accumulate, out, pf);
-  }
-  Block<V, kMr, false>(steps, arow, b, src, c, ldc, accumulate, out, pf);
 }
 
 // B strip outermost (it stays in L1 across the rows), then row blocks, the
@@ -192,9 +171,14 @@ void PanelT(const PanelArgs& p) {
       float* c = p.c + i0 * p.ldc + s * kNr;
       PanelOut out = p.out;
       if (out.p != nullptr) out.p = static_cast<char*>(out.p) + (i0 * out.ld + s * kNr) * (out.bf16 ? 2 : 4);
-      StripSource src;
-      if (p.b_src != nullptr && i0 == 0) src = {p.b_src + s * kNr, p.b_src_ld};
-      AnyBlock<V, kMr>(p.rows - i0, steps, arow, strip, src, c, p.ldc, p.accumulate, out, prefetcher);
+      const int r = p.rows - i0 < kMr ? static_cast<int>(p.rows - i0) : kMr;
+      // The strip's first block packs it, where B is still in place.
+      const StripSource src = {p.b_src != nullptr && i0 == 0 ? p.b_src + s * kNr : nullptr, p.b_src_ld};
+      if (src.p == nullptr) {
+        BlockOfHeight<V, kMr, false>(r, steps, arow, strip, src, c, p.ldc, p.accumulate, out, prefetcher);
+      } else if constexpr (V::kPack == 1) {
+        BlockOfHeight<V, kMr, true>(r, steps, arow, strip, src, c, p.ldc, p.accumulate, out, prefetcher);
+      }
       prefetcher.Rest();
     }
   }

@@ -11,10 +11,10 @@
 // zero-padded; the next slice prefetched meanwhile) into a thread-local
 // buffer, and runs the micro-kernel panel (micro.h) over blocks of the
 // task's rows into a float accumulator. Where B is f32 rhs as it lies and
-// every strip is whole, the panel packs it (PanelArgs::b_src): each strip's
-// first register block reads it in place and writes the packed copy that
-// the strip's other blocks read, so the reads from memory overlap FMAs. On the last slice the micro-kernel
-// stores the sums straight to out, rounded to out's dtype (PanelOut: their
+// every strip is whole, the panel packs it instead (PanelArgs::b_src): each
+// strip's first register block reads it in place and writes the packed
+// copy that the strip's other blocks read, with no pass of its own. On the
+// last slice the micro-kernel stores the sums straight to out, rounded to out's dtype (PanelOut: their
 // stores overlap the FMAs, where a copy after the task ran alone: skewed
 // tgmm writes 512 MiB a call); with existing_out, a strip that n cuts or
 // the amx set the task stores the accumulator once instead (existing_out
